@@ -1,0 +1,1 @@
+//! Readers of each NCCL profiler ABI version's descriptors and state arguments.

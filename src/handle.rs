@@ -1,0 +1,206 @@
+//! What we hand NCCL as `eHandle` and as the communicator `context`: plain integers, never pointers.
+//!
+//! A handle packs (communicator slot, generation, window, window epoch, event kind, record slot).
+//! Decoding checks every field's range; the caller then checks the generation and epoch against
+//! live state, so a stale, recycled or foreign value is rejected without touching freed memory
+//! (spec 4.1, 4.2). Called on: every NCCL thread; pure bit arithmetic.
+//!
+//! | bits  | field          |
+//! |-------|----------------|
+//! | 0–20  | record slot    |
+//! | 21–23 | kind (1–6)     |
+//! | 24–35 | window epoch (low 12 bits) |
+//! | 36–37 | window index   |
+//! | 38–49 | comm generation (1–4095) |
+//! | 50–61 | comm slot      |
+//!
+//! A context packs (comm slot, generation) the same way plus the low 40 bits of the communicator
+//! hash, so a PXN op from another process can be matched to our own communicator with that hash.
+#![forbid(unsafe_code)]
+
+/// Largest number of records one window can hold.
+pub const MAX_SLOTS: u32 = (1 << 21) - 1;
+/// Number of communicator slots.
+pub const MAX_COMMS: usize = 1 << 12;
+/// Generations cycle through 1..=GEN_MASK (0 is never valid, so handles are never NULL).
+pub const GEN_MASK: u32 = (1 << 12) - 1;
+/// Mask of the epoch bits a handle keeps.
+pub const EPOCH_MASK: u32 = (1 << 12) - 1;
+
+const SLOT_BITS: u32 = 21;
+const KIND_SHIFT: u32 = 21;
+const EPOCH_SHIFT: u32 = 24;
+const WINDOW_SHIFT: u32 = 36;
+const GEN_SHIFT: u32 = 38;
+const COMM_SHIFT: u32 = 50;
+const HASH_BITS: u32 = 40;
+
+/// Event kinds we hand out handles for.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Group: a valid handle with no record behind it.
+    Group = 1,
+    /// Collective.
+    Coll = 2,
+    /// Point-to-point send.
+    P2p = 3,
+    /// Send proxy operation.
+    ProxyOp = 4,
+    /// Send proxy step.
+    ProxyStep = 5,
+    /// Kernel channel.
+    KernelCh = 6,
+}
+
+impl Kind {
+    fn from_bits(bits: u64) -> Option<Kind> {
+        Some(match bits {
+            1 => Kind::Group,
+            2 => Kind::Coll,
+            3 => Kind::P2p,
+            4 => Kind::ProxyOp,
+            5 => Kind::ProxyStep,
+            6 => Kind::KernelCh,
+            _ => return None,
+        })
+    }
+}
+
+/// Identity of a live communicator: slot in the registry and the generation that slot had at init.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommId {
+    /// Registry slot, `< MAX_COMMS`.
+    pub slot: u16,
+    /// Generation, `1..=GEN_MASK`.
+    pub generation: u16,
+}
+
+/// A decoded event handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle {
+    /// Communicator the event belongs to.
+    pub comm: CommId,
+    /// Window the event's records go to.
+    pub window: u8,
+    /// Low bits of that window's epoch when the event started.
+    pub epoch: u32,
+    /// Event kind.
+    pub kind: Kind,
+    /// Slot of the event's start record.
+    pub slot: u32,
+}
+
+impl Handle {
+    /// Packs into the non-zero integer NCCL stores.
+    pub fn encode(self) -> u64 {
+        u64::from(self.slot & MAX_SLOTS)
+            | (self.kind as u64) << KIND_SHIFT
+            | u64::from(self.epoch & EPOCH_MASK) << EPOCH_SHIFT
+            | u64::from(self.window & 3) << WINDOW_SHIFT
+            | comm_bits(self.comm)
+    }
+
+    /// Unpacks a value NCCL gave back; `None` when it cannot be one of ours.
+    pub fn decode(value: u64) -> Option<Handle> {
+        let comm = comm_from_bits(value)?;
+        let kind = Kind::from_bits(value >> KIND_SHIFT & 7)?;
+        if value >> 62 != 0 {
+            return None;
+        }
+        Some(Handle {
+            comm,
+            window: (value >> WINDOW_SHIFT & 3) as u8,
+            epoch: (value >> EPOCH_SHIFT) as u32 & EPOCH_MASK,
+            kind,
+            slot: (value & u64::from(MAX_SLOTS)) as u32,
+        })
+    }
+}
+
+/// A decoded communicator context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Context {
+    /// The communicator.
+    pub comm: CommId,
+    /// Low 40 bits of the communicator hash.
+    pub hash40: u64,
+}
+
+impl Context {
+    /// Builds the context of a communicator with hash `comm_hash`.
+    pub fn new(comm: CommId, comm_hash: u64) -> Context {
+        Context { comm, hash40: comm_hash & ((1 << HASH_BITS) - 1) }
+    }
+
+    /// Packs into the non-zero integer NCCL stores as `*context`.
+    pub fn encode(self) -> u64 {
+        comm_bits(self.comm) | self.hash40
+    }
+
+    /// Unpacks a context; `None` when it cannot be one of ours.
+    pub fn decode(value: u64) -> Option<Context> {
+        if value >> 62 != 0 {
+            return None;
+        }
+        Some(Context { comm: comm_from_bits(value)?, hash40: value & ((1 << HASH_BITS) - 1) })
+    }
+}
+
+fn comm_bits(comm: CommId) -> u64 {
+    u64::from(comm.generation as u32 & GEN_MASK) << GEN_SHIFT | (comm.slot as u64 & (MAX_COMMS as u64 - 1)) << COMM_SHIFT
+}
+
+fn comm_from_bits(value: u64) -> Option<CommId> {
+    let generation = (value >> GEN_SHIFT) as u32 & GEN_MASK;
+    (generation != 0).then_some(CommId {
+        slot: (value >> COMM_SHIFT) as u16 & (MAX_COMMS as u16 - 1),
+        generation: generation as u16,
+    })
+}
+
+const _: () = assert!(SLOT_BITS == KIND_SHIFT && COMM_SHIFT + 12 == 62);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn kind(i: u8) -> Kind {
+        Kind::from_bits(u64::from(i % 6 + 1)).unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn handle_round_trips(slot in 0u16..4096, generation in 1u16..4096, window in 0u8..4,
+                              epoch in any::<u32>(), k in any::<u8>(), rec in 0..=MAX_SLOTS) {
+            let h = Handle { comm: CommId { slot, generation }, window, epoch: epoch & EPOCH_MASK, kind: kind(k), slot: rec };
+            let v = h.encode();
+            prop_assert_ne!(v, 0);
+            prop_assert_eq!(Handle::decode(v), Some(h));
+        }
+
+        #[test]
+        fn context_round_trips(slot in 0u16..4096, generation in 1u16..4096, hash in any::<u64>()) {
+            let c = Context::new(CommId { slot, generation }, hash);
+            prop_assert_ne!(c.encode(), 0);
+            prop_assert_eq!(Context::decode(c.encode()), Some(c));
+        }
+
+        #[test]
+        fn decode_never_panics(v in any::<u64>()) {
+            let _ = Handle::decode(v);
+            let _ = Context::decode(v);
+        }
+    }
+
+    #[test]
+    fn rejects_zero_generation_unknown_kind_and_high_bits() {
+        assert_eq!(Handle::decode(0), None);
+        assert_eq!(Context::decode(0), None);
+        let h = Handle { comm: CommId { slot: 1, generation: 1 }, window: 0, epoch: 0, kind: Kind::Coll, slot: 0 };
+        assert_eq!(Handle::decode(h.encode() & !(7 << KIND_SHIFT)), None);
+        assert_eq!(Handle::decode(h.encode() | 1 << 63), None);
+        assert_eq!(Context::decode(h.encode() | 1 << 62), None);
+    }
+}
