@@ -1,1 +1,1206 @@
-//! (placeholder)
+//! Per-window aggregation: links one sealed window's records (Coll/P2p → ProxyOp → ProxyStep, and
+//! Coll/P2p → KernelCh) and summarises them per collective kind, P2P peer, rank pair and channel.
+//!
+//! Called on: the telemetry thread (or `finalize`), once the window is sealed; nothing writes the
+//! records any more. Pure: no I/O, clocks, atomics or OpenTelemetry types.
+//!
+//! A handle's slot is the index of its event's start record, so every link is an array index into
+//! per-slot scratch (a few allocations per call, none per record); only the few group keys are
+//! hashed, and records are never sorted. Phase 1 scans the records once; phases 2 and 3 visit only
+//! the slots it listed, in slot order:
+//! 1. `track`: register Coll/P2p roots and note each event's later records (SendWait,
+//!    KernelChStop, Stop) on its start slot.
+//! 2. `transfers`: turn finished ProxySteps into transfers, grouped by their ProxyOp's rank
+//!    pair and channel, and by its root's group when the op has one.
+//! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times).
+//! 4. `build`: one [`OpSample`] per root, groups sorted by key.
+//!
+//! Invariants: an event "is in this window" iff its handle decodes to this window's communicator,
+//! window index and epoch, its slot is in range and that slot holds a start record carrying exactly
+//! that handle. A child whose (non-zero) parent is not in this window is an orphan: it links to no root but
+//! still counts in per-link and per-channel figures. The first Stop/SendWait/KernelChStop of an
+//! event wins; later duplicates and records of events from other windows are ignored.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+
+use crate::event::{Algo, Body, Datatype, Func, Proto, Record};
+use crate::handle::{CommId, EPOCH_MASK, Handle, Kind};
+use crate::regression::Samples;
+
+/// Communicator metadata, as `init` saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommMeta {
+    /// NCCL's communicator hash.
+    pub hash: u64,
+    /// Communicator name (`commName`), possibly empty.
+    pub name: String,
+    /// Our rank in the communicator.
+    pub rank: i32,
+    /// Number of ranks.
+    pub nranks: i32,
+    /// Number of nodes.
+    pub nnodes: i32,
+}
+
+/// Which window of which communicator a record slice is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowId {
+    /// The communicator.
+    pub comm: CommId,
+    /// Window index (0–3), as handles encode it.
+    pub window: u8,
+    /// The window's epoch while the records were written; handles keep its low 12 bits.
+    pub epoch: u32,
+}
+
+/// One network transfer (a finished send ProxyStep).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Transfer {
+    /// Bytes handed to the network (the step's SendWait).
+    pub bytes: u64,
+    /// SendWait → Stop, in seconds.
+    pub secs: f64,
+}
+
+/// One collective or P2P send.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpSample {
+    /// `count × datatype size`.
+    pub bytes: u64,
+    /// Start → last linked ProxyOp stop, or GPU time of its kernel channels without ProxyOps, in
+    /// seconds; `None` when some linked op or channel is unfinished or there is neither.
+    pub duration: Option<f64>,
+    /// Transfers under its linked ProxyOps.
+    pub transfers: u32,
+}
+
+/// What collectives are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CollKey {
+    /// Function.
+    pub func: Func,
+    /// Algorithm.
+    pub algo: Algo,
+    /// Protocol.
+    pub proto: Proto,
+    /// Element type.
+    pub datatype: Datatype,
+}
+
+/// Collectives of one kind in the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollGroup {
+    /// The kind.
+    pub key: CollKey,
+    /// One sample per collective, in start order.
+    pub ops: Vec<OpSample>,
+    /// Transfers of their linked ProxyOps, in step start order.
+    pub transfers: Vec<Transfer>,
+}
+
+/// P2P sends to one peer with one element type in the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct P2pGroup {
+    /// Receiving rank.
+    pub peer: i32,
+    /// Element type.
+    pub datatype: Datatype,
+    /// One sample per send, in start order.
+    pub ops: Vec<OpSample>,
+    /// Transfers of their linked ProxyOps, in step start order.
+    pub transfers: Vec<Transfer>,
+}
+
+/// Transfers from `rank` to `peer`, whatever they served (orphans and PXN ops included).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkGroup {
+    /// Sending rank: the ProxyOp's `rank` (ours, or the originator of a PXN op).
+    pub rank: i32,
+    /// Receiving rank.
+    pub peer: i32,
+    /// Total bytes transferred.
+    pub bytes: u64,
+    /// (bytes, seconds) per transfer; the consumer fits them with its own mode, after merging if
+    /// it wants.
+    pub samples: Samples,
+}
+
+/// Transfers on one channel, whatever they served.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelGroup {
+    /// Channel id.
+    pub channel: u8,
+    /// Transfers, in step start order.
+    pub transfers: Vec<Transfer>,
+    /// The same transfers as regression samples.
+    pub samples: Samples,
+}
+
+/// Bookkeeping of one window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowStats {
+    /// Published records (fillers with `id == 0` excluded).
+    pub records: u64,
+    /// Events started and never stopped; ProxySteps without SendWait or Stop.
+    pub unfinished: u64,
+    /// ProxyOps, ProxySteps and KernelCh whose parent is not in this window.
+    pub orphans: u64,
+    /// The window was closed before it was full (flush, shutdown).
+    pub forced: bool,
+}
+
+/// Everything one window says, ready for export.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowSummary {
+    /// The communicator.
+    pub comm: CommMeta,
+    /// Sorted by key.
+    pub colls: Vec<CollGroup>,
+    /// Sorted by (peer, datatype).
+    pub p2ps: Vec<P2pGroup>,
+    /// Sorted by (rank, peer).
+    pub links: Vec<LinkGroup>,
+    /// Sorted by channel.
+    pub channels: Vec<ChannelGroup>,
+    /// Bookkeeping.
+    pub stats: WindowStats,
+}
+
+/// Links and summarises the records of one sealed window; `records[i]` is slot `i`, fillers have
+/// `id == 0`. `secs_per_tick` converts record timestamps to seconds.
+///
+/// Called on: the telemetry thread (or `finalize`).
+pub fn summarize(
+    records: &[Record],
+    window: WindowId,
+    meta: &CommMeta,
+    secs_per_tick: f64,
+    forced: bool,
+) -> WindowSummary {
+    let mut pass = Pass::new(records, window, secs_per_tick);
+    pass.stats.forced = forced;
+    pass.track();
+    pass.transfers();
+    pass.link();
+    pass.build(meta)
+}
+
+/// Marks an index field that points nowhere; never a valid index, so `get(NONE as usize)` is `None`.
+const NONE: u32 = u32::MAX;
+
+/// Per-slot flags.
+const STARTED: u8 = 1;
+const STOPPED: u8 = 1 << 1;
+const SENT: u8 = 1 << 2;
+const GPU_STOPPED: u8 = 1 << 3;
+const OP_RESOLVED: u8 = 1 << 4;
+
+/// Scratch for the event whose start record is at this slot.
+#[derive(Clone, Copy)]
+struct Slot {
+    /// Ts of the first Stop.
+    stop: u64,
+    /// ProxyStep: ts of the first SendWait.
+    sent: u64,
+    /// ProxyStep: bytes of that SendWait; KernelCh: GPU stop time.
+    value: u64,
+    /// Coll/P2p: index into `roots`; ProxyOp (once resolved): its root's index or `NONE`.
+    root: u32,
+    /// ProxyOp (once resolved): index into `links`.
+    link: u32,
+    flags: u8,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        stop: 0,
+        sent: 0,
+        value: 0,
+        root: NONE,
+        link: NONE,
+        flags: 0,
+    };
+
+    fn has(&self, flags: u8) -> bool {
+        self.flags & flags == flags
+    }
+}
+
+/// Group a root belongs to.
+#[derive(Clone, Copy)]
+enum GroupIx {
+    Coll(u32),
+    P2p(u32),
+}
+
+/// A Coll/P2p in this window and what its children said.
+struct Root {
+    group: GroupIx,
+    start: u64,
+    bytes: u64,
+    ops: u32,
+    open_ops: bool,
+    last_stop: u64,
+    kernels: u32,
+    open_kernels: bool,
+    gpu_start: u64,
+    gpu_stop: u64,
+    transfers: u32,
+}
+
+/// A ProxyOp's resolved destinations.
+#[derive(Clone, Copy)]
+struct OpIx {
+    root: u32,
+    link: u32,
+    channel: u32,
+}
+
+/// One `summarize` call's state.
+struct Pass<'a> {
+    records: &'a [Record],
+    window: WindowId,
+    epoch: u32,
+    secs_per_tick: f64,
+    slots: Vec<Slot>,
+    roots: Vec<Root>,
+    colls: Vec<CollGroup>,
+    coll_ix: HashMap<CollKey, u32>,
+    p2ps: Vec<P2pGroup>,
+    p2p_ix: HashMap<(i32, Datatype), u32>,
+    links: Vec<LinkGroup>,
+    link_ix: HashMap<(i32, i32), u32>,
+    channels: Vec<ChannelGroup>,
+    channel_ix: [u32; 256],
+    /// Slots of the ProxySteps started in this window, in slot order.
+    steps: Vec<u32>,
+    /// Slots of the ProxyOps and KernelCh started in this window, in slot order.
+    children: Vec<u32>,
+    /// Coll, P2p, ProxyOp and KernelCh started here and never stopped. Wrapping: a Stop placed
+    /// before its start can take it below zero mid-scan; every Stop counted has its start counted,
+    /// so it is exact once phase 1 is done.
+    unstopped: u64,
+    stats: WindowStats,
+}
+
+/// Handle kind a start record must carry.
+fn start_kind(body: &Body) -> Option<Kind> {
+    match body {
+        Body::Coll(_) => Some(Kind::Coll),
+        Body::P2p(_) => Some(Kind::P2p),
+        Body::ProxyOp(_) => Some(Kind::ProxyOp),
+        Body::ProxyStep { .. } => Some(Kind::ProxyStep),
+        Body::KernelCh { .. } => Some(Kind::KernelCh),
+        Body::SendWait { .. } | Body::KernelChStop { .. } | Body::Stop => None,
+    }
+}
+
+/// Index into a group vector (groups are few; `u32` keeps the scratch small).
+fn ix(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(NONE)
+}
+
+impl<'a> Pass<'a> {
+    fn new(records: &'a [Record], window: WindowId, secs_per_tick: f64) -> Self {
+        Pass {
+            records,
+            window,
+            epoch: window.epoch & EPOCH_MASK,
+            secs_per_tick,
+            slots: vec![Slot::EMPTY; records.len()],
+            roots: Vec::new(),
+            colls: Vec::new(),
+            coll_ix: HashMap::new(),
+            p2ps: Vec::new(),
+            p2p_ix: HashMap::new(),
+            links: Vec::new(),
+            link_ix: HashMap::new(),
+            channels: Vec::new(),
+            channel_ix: [NONE; 256],
+            steps: Vec::new(),
+            children: Vec::new(),
+            unstopped: 0,
+            stats: WindowStats::default(),
+        }
+    }
+
+    /// Slot of the start record of the event `handle`, if that event is in this window.
+    fn slot_of(&self, handle: u64) -> Option<usize> {
+        let h = Handle::decode(handle)?;
+        let slot = usize::try_from(h.slot).ok()?;
+        let start = self.records.get(slot)?;
+        let ours = h.comm == self.window.comm
+            && h.window == self.window.window
+            && h.epoch == self.epoch
+            && start.id == handle
+            && start_kind(&start.body) == Some(h.kind);
+        ours.then_some(slot)
+    }
+
+    /// Root index of the Coll/P2p `handle`, or `NONE` when it is not in this window.
+    fn root_of(&self, handle: u64) -> u32 {
+        match self.slot_of(handle) {
+            Some(s) if matches!(self.records[s].body, Body::Coll(_) | Body::P2p(_)) => self.slots[s].root,
+            _ => NONE,
+        }
+    }
+
+    /// Phase 1: register roots, note later records on their event's start slot.
+    fn track(&mut self) {
+        let records = self.records;
+        for (i, rec) in records.iter().enumerate() {
+            if rec.id == 0 {
+                continue;
+            }
+            self.stats.records += 1;
+            if rec.body.opens() {
+                if self.slot_of(rec.id) != Some(i) {
+                    continue;
+                }
+                self.slots[i].flags |= STARTED;
+                match rec.body {
+                    Body::Coll(c) => {
+                        let key = CollKey {
+                            func: c.func,
+                            algo: c.algo,
+                            proto: c.proto,
+                            datatype: c.datatype,
+                        };
+                        let group = GroupIx::Coll(self.coll_group(key));
+                        self.add_root(i, rec.ts, group, c.count.saturating_mul(c.datatype.size()));
+                    }
+                    Body::P2p(p) => {
+                        let group = GroupIx::P2p(self.p2p_group(p.peer, p.datatype));
+                        self.add_root(i, rec.ts, group, p.count.saturating_mul(p.datatype.size()));
+                    }
+                    Body::ProxyStep { .. } => self.steps.push(ix(i)),
+                    _ => self.children.push(ix(i)),
+                }
+                if !matches!(rec.body, Body::ProxyStep { .. }) {
+                    self.unstopped = self.unstopped.wrapping_add(1);
+                }
+                continue;
+            }
+            let Some(s) = self.slot_of(rec.id) else {
+                continue;
+            };
+            let start = &records[s].body;
+            let slot = &mut self.slots[s];
+            match rec.body {
+                Body::Stop if !slot.has(STOPPED) => {
+                    slot.stop = rec.ts;
+                    slot.flags |= STOPPED;
+                    if !matches!(start, Body::ProxyStep { .. }) {
+                        self.unstopped = self.unstopped.wrapping_sub(1);
+                    }
+                }
+                Body::SendWait { bytes } if !slot.has(SENT) && matches!(start, Body::ProxyStep { .. }) => {
+                    slot.sent = rec.ts;
+                    slot.value = bytes;
+                    slot.flags |= SENT;
+                }
+                Body::KernelChStop { gpu_stop } if !slot.has(GPU_STOPPED) && matches!(start, Body::KernelCh { .. }) => {
+                    slot.value = gpu_stop;
+                    slot.flags |= GPU_STOPPED;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn add_root(&mut self, slot: usize, start: u64, group: GroupIx, bytes: u64) {
+        self.slots[slot].root = ix(self.roots.len());
+        self.roots.push(Root {
+            group,
+            start,
+            bytes,
+            ops: 0,
+            open_ops: false,
+            last_stop: 0,
+            kernels: 0,
+            open_kernels: false,
+            gpu_start: u64::MAX,
+            gpu_stop: 0,
+            transfers: 0,
+        });
+    }
+
+    fn coll_group(&mut self, key: CollKey) -> u32 {
+        let colls = &mut self.colls;
+        *self.coll_ix.entry(key).or_insert_with(|| {
+            colls.push(CollGroup {
+                key,
+                ops: Vec::new(),
+                transfers: Vec::new(),
+            });
+            ix(colls.len() - 1)
+        })
+    }
+
+    fn p2p_group(&mut self, peer: i32, datatype: Datatype) -> u32 {
+        let p2ps = &mut self.p2ps;
+        *self.p2p_ix.entry((peer, datatype)).or_insert_with(|| {
+            p2ps.push(P2pGroup {
+                peer,
+                datatype,
+                ops: Vec::new(),
+                transfers: Vec::new(),
+            });
+            ix(p2ps.len() - 1)
+        })
+    }
+
+    fn link_group(&mut self, rank: i32, peer: i32) -> u32 {
+        let links = &mut self.links;
+        *self.link_ix.entry((rank, peer)).or_insert_with(|| {
+            links.push(LinkGroup {
+                rank,
+                peer,
+                bytes: 0,
+                samples: Samples::default(),
+            });
+            ix(links.len() - 1)
+        })
+    }
+
+    fn channel_group(&mut self, channel: u8) -> u32 {
+        let entry = &mut self.channel_ix[usize::from(channel)];
+        if *entry == NONE {
+            *entry = ix(self.channels.len());
+            self.channels.push(ChannelGroup {
+                channel,
+                transfers: Vec::new(),
+                samples: Samples::default(),
+            });
+        }
+        *entry
+    }
+
+    /// Slot of the ProxyOp `handle`, if that op is in this window.
+    fn op_slot(&self, handle: u64) -> Option<usize> {
+        self.slot_of(handle)
+            .filter(|&p| matches!(self.records[p].body, Body::ProxyOp(_)))
+    }
+
+    /// Where the transfers of the ProxyOp at slot `p` go; resolved once per op.
+    fn op(&mut self, p: usize) -> OpIx {
+        let Body::ProxyOp(op) = self.records[p].body else {
+            return OpIx {
+                root: NONE,
+                link: NONE,
+                channel: NONE,
+            };
+        };
+        if !self.slots[p].has(OP_RESOLVED) {
+            let root = self.root_of(op.parent);
+            let link = self.link_group(op.rank, op.peer);
+            let slot = &mut self.slots[p];
+            slot.root = root;
+            slot.link = link;
+            slot.flags |= OP_RESOLVED;
+        }
+        let slot = self.slots[p];
+        OpIx {
+            root: slot.root,
+            link: slot.link,
+            channel: self.channel_group(op.channel),
+        }
+    }
+
+    /// Phase 2: finished ProxySteps become transfers of their op's link, channel and root group.
+    fn transfers(&mut self) {
+        for i in std::mem::take(&mut self.steps) {
+            let i = i as usize;
+            let Body::ProxyStep { parent, .. } = self.records[i].body else {
+                continue;
+            };
+            let slot = self.slots[i];
+            let done = slot.has(SENT | STOPPED);
+            if !done {
+                self.stats.unfinished += 1;
+            }
+            let Some(p) = self.op_slot(parent) else {
+                self.stats.orphans += 1;
+                continue;
+            };
+            if done {
+                let op = self.op(p);
+                let secs = slot.stop.saturating_sub(slot.sent) as f64 * self.secs_per_tick;
+                self.add_transfer(
+                    op,
+                    Transfer {
+                        bytes: slot.value,
+                        secs,
+                    },
+                );
+            }
+        }
+    }
+
+    fn add_transfer(&mut self, op: OpIx, t: Transfer) {
+        if let Some(link) = self.links.get_mut(op.link as usize) {
+            link.bytes = link.bytes.saturating_add(t.bytes);
+            link.samples.push(t.bytes, t.secs);
+        }
+        if let Some(channel) = self.channels.get_mut(op.channel as usize) {
+            channel.transfers.push(t);
+            channel.samples.push(t.bytes, t.secs);
+        }
+        let Some(root) = self.roots.get_mut(op.root as usize) else {
+            return;
+        };
+        root.transfers = root.transfers.saturating_add(1);
+        match root.group {
+            GroupIx::Coll(g) => self.colls[g as usize].transfers.push(t),
+            GroupIx::P2p(g) => self.p2ps[g as usize].transfers.push(t),
+        }
+    }
+
+    /// Phase 3: link ProxyOps and KernelCh to their roots; count what never stopped.
+    fn link(&mut self) {
+        self.stats.unfinished += self.unstopped;
+        for i in std::mem::take(&mut self.children) {
+            let i = i as usize;
+            let slot = self.slots[i];
+            let stopped = slot.has(STOPPED);
+            match self.records[i].body {
+                Body::ProxyOp(op) => {
+                    let root = if slot.has(OP_RESOLVED) {
+                        slot.root
+                    } else {
+                        self.root_of(op.parent)
+                    };
+                    let Some(root) = self.roots.get_mut(root as usize) else {
+                        // A PXN op (or one whose Coll was declined) has no parent to miss.
+                        self.stats.orphans += u64::from(op.parent != 0);
+                        continue;
+                    };
+                    root.ops += 1;
+                    if stopped {
+                        root.last_stop = root.last_stop.max(slot.stop);
+                    } else {
+                        root.open_ops = true;
+                    }
+                }
+                Body::KernelCh { parent, gpu_start, .. } => {
+                    let root = self.root_of(parent);
+                    let Some(root) = self.roots.get_mut(root as usize) else {
+                        self.stats.orphans += 1;
+                        continue;
+                    };
+                    root.kernels += 1;
+                    if slot.has(GPU_STOPPED) {
+                        root.gpu_start = root.gpu_start.min(gpu_start);
+                        root.gpu_stop = root.gpu_stop.max(slot.value);
+                    } else {
+                        root.open_kernels = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Phase 4: one sample per root, groups sorted by key.
+    fn build(mut self, meta: &CommMeta) -> WindowSummary {
+        for root in &self.roots {
+            let duration = if root.ops > 0 {
+                let ticks = root.last_stop.checked_sub(root.start).filter(|_| !root.open_ops);
+                ticks.map(|t| t as f64 * self.secs_per_tick)
+            } else if root.kernels > 0 && !root.open_kernels {
+                root.gpu_stop.checked_sub(root.gpu_start).map(|ns| ns as f64 / 1e9)
+            } else {
+                None
+            };
+            let sample = OpSample {
+                bytes: root.bytes,
+                duration,
+                transfers: root.transfers,
+            };
+            match root.group {
+                GroupIx::Coll(g) => self.colls[g as usize].ops.push(sample),
+                GroupIx::P2p(g) => self.p2ps[g as usize].ops.push(sample),
+            }
+        }
+        self.colls.sort_unstable_by_key(|g| g.key);
+        self.p2ps.sort_unstable_by_key(|g| (g.peer, g.datatype));
+        self.links.sort_unstable_by_key(|g| (g.rank, g.peer));
+        self.channels.sort_unstable_by_key(|g| g.channel);
+        WindowSummary {
+            comm: meta.clone(),
+            colls: self.colls,
+            p2ps: self.p2ps,
+            links: self.links,
+            channels: self.channels,
+            stats: self.stats,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{CollStart, P2pStart, ProxyOpStart};
+
+    const COMM: CommId = CommId { slot: 3, generation: 7 };
+    /// The epoch has bits above `EPOCH_MASK`: handles keep only the low ones.
+    const WIN: WindowId = WindowId {
+        comm: COMM,
+        window: 1,
+        epoch: 0x2005,
+    };
+    /// A power of two, so every expected value below is exact.
+    const SPT: f64 = 1.0 / 1024.0;
+
+    fn meta() -> CommMeta {
+        CommMeta {
+            hash: 0xabc,
+            name: "test".into(),
+            rank: 0,
+            nranks: 4,
+            nnodes: 2,
+        }
+    }
+
+    fn handle(window: u8, epoch: u32, kind: Kind, slot: usize) -> u64 {
+        Handle {
+            comm: COMM,
+            window,
+            epoch: epoch & EPOCH_MASK,
+            kind,
+            slot: slot as u32,
+        }
+        .encode()
+    }
+
+    /// Builds one window's record slice; start records get handles minted for their own slot.
+    #[derive(Default)]
+    struct Win {
+        recs: Vec<Record>,
+    }
+
+    impl Win {
+        fn start(&mut self, ts: u64, body: Body) -> u64 {
+            let id = handle(WIN.window, WIN.epoch, start_kind(&body).unwrap(), self.recs.len());
+            self.recs.push(Record { id, ts, body });
+            id
+        }
+        fn rec(&mut self, id: u64, ts: u64, body: Body) {
+            self.recs.push(Record { id, ts, body });
+        }
+        fn stop(&mut self, id: u64, ts: u64) {
+            self.rec(id, ts, Body::Stop);
+        }
+        fn filler(&mut self) {
+            self.recs.push(Record {
+                id: 0,
+                ts: 0,
+                body: Body::Stop,
+            });
+        }
+        fn coll(&mut self, ts: u64, func: Func, count: u64, datatype: Datatype) -> u64 {
+            self.start(ts, coll_body(func, count, datatype))
+        }
+        fn op(&mut self, ts: u64, parent: u64, rank: i32, peer: i32, channel: u8) -> u64 {
+            self.start(ts, op_body(parent, rank, peer, channel))
+        }
+        /// A finished step: start at `ts`, SendWait of `bytes` at `ts + 1`, Stop `ticks` later.
+        fn step(&mut self, ts: u64, parent: u64, bytes: u64, ticks: u64) -> u64 {
+            let id = self.start(ts, Body::ProxyStep { parent, step: 0 });
+            self.rec(id, ts + 1, Body::SendWait { bytes });
+            self.stop(id, ts + 1 + ticks);
+            id
+        }
+        fn kernel(&mut self, ts: u64, parent: u64, channel: u8, gpu_start: u64) -> u64 {
+            self.start(
+                ts,
+                Body::KernelCh {
+                    parent,
+                    channel,
+                    gpu_start,
+                },
+            )
+        }
+        fn sum(&self) -> WindowSummary {
+            summarize(&self.recs, WIN, &meta(), SPT, false)
+        }
+    }
+
+    fn coll_body(func: Func, count: u64, datatype: Datatype) -> Body {
+        Body::Coll(CollStart {
+            seq: 0,
+            count,
+            root: 0,
+            func,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            datatype,
+            n_channels: 2,
+        })
+    }
+
+    fn op_body(parent: u64, rank: i32, peer: i32, channel: u8) -> Body {
+        Body::ProxyOp(ProxyOpStart {
+            parent,
+            rank,
+            peer,
+            n_steps: 3,
+            chunk_size: 4096,
+            channel,
+        })
+    }
+
+    fn key(func: Func, datatype: Datatype) -> CollKey {
+        CollKey {
+            func,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            datatype,
+        }
+    }
+
+    fn t(bytes: u64, ticks: u64) -> Transfer {
+        Transfer {
+            bytes,
+            secs: ticks as f64 / 1024.0,
+        }
+    }
+
+    fn samples(ts: &[Transfer]) -> Samples {
+        let mut s = Samples::default();
+        for t in ts {
+            s.push(t.bytes, t.secs);
+        }
+        s
+    }
+
+    fn link(rank: i32, peer: i32, ts: &[Transfer]) -> LinkGroup {
+        LinkGroup {
+            rank,
+            peer,
+            bytes: ts.iter().map(|t| t.bytes).sum(),
+            samples: samples(ts),
+        }
+    }
+
+    fn channel(channel: u8, ts: &[Transfer]) -> ChannelGroup {
+        ChannelGroup {
+            channel,
+            transfers: ts.to_vec(),
+            samples: samples(ts),
+        }
+    }
+
+    fn stats(records: u64, unfinished: u64, orphans: u64) -> WindowStats {
+        WindowStats {
+            records,
+            unfinished,
+            orphans,
+            forced: false,
+        }
+    }
+
+    #[test]
+    fn ring_allreduce_on_two_channels() {
+        let mut w = Win::default();
+        let c = w.coll(100, Func::AllReduce, 1024, Datatype::Float32);
+        w.stop(c, 105); // "enqueued": not the end of the collective
+        let a = w.op(110, c, 0, 1, 0);
+        let b = w.op(112, c, 0, 1, 1);
+        w.step(120, a, 1000, 10);
+        w.step(121, b, 512, 5);
+        w.step(140, a, 2000, 20);
+        w.step(141, b, 1024, 8);
+        w.step(160, a, 1096, 15);
+        w.step(161, b, 2560, 30);
+        w.stop(a, 300);
+        let ka = w.kernel(310, c, 0, 1_000);
+        w.rec(ka, 311, Body::KernelChStop { gpu_stop: 9_000 });
+        w.stop(ka, 311);
+        w.stop(b, 350);
+        let s = w.sum();
+
+        let (a_t, b_t) = (
+            [t(1000, 10), t(2000, 20), t(1096, 15)],
+            [t(512, 5), t(1024, 8), t(2560, 30)],
+        );
+        let all = [a_t[0], b_t[0], a_t[1], b_t[1], a_t[2], b_t[2]];
+        assert_eq!(
+            s.colls,
+            vec![CollGroup {
+                key: key(Func::AllReduce, Datatype::Float32),
+                // Proxy ops win over the kernel channel: 100 → 350 ticks.
+                ops: vec![OpSample {
+                    bytes: 4096,
+                    duration: Some(250.0 / 1024.0),
+                    transfers: 6
+                }],
+                transfers: all.to_vec(),
+            }]
+        );
+        assert_eq!(s.links, vec![link(0, 1, &all)]);
+        assert_eq!(s.links[0].bytes, 8192);
+        assert_eq!(s.channels, vec![channel(0, &a_t), channel(1, &b_t)]);
+        assert!(s.p2ps.is_empty());
+        assert_eq!(s.stats, stats(27, 0, 0));
+        assert_eq!(s.comm, meta());
+    }
+
+    #[test]
+    fn p2p_send() {
+        let mut w = Win::default();
+        let p = w.start(
+            1_000,
+            Body::P2p(P2pStart {
+                count: 256,
+                peer: 5,
+                datatype: Datatype::Float64,
+            }),
+        );
+        w.stop(p, 1_002);
+        let op = w.op(1_010, p, 0, 5, 2);
+        w.step(1_020, op, 1024, 40);
+        w.step(1_030, op, 1024, 44);
+        w.stop(op, 1_100);
+        let s = w.sum();
+
+        let ts = [t(1024, 40), t(1024, 44)];
+        assert_eq!(
+            s.p2ps,
+            vec![P2pGroup {
+                peer: 5,
+                datatype: Datatype::Float64,
+                ops: vec![OpSample {
+                    bytes: 2048,
+                    duration: Some(100.0 / 1024.0),
+                    transfers: 2
+                }],
+                transfers: ts.to_vec(),
+            }]
+        );
+        assert!(s.colls.is_empty());
+        assert_eq!(s.links, vec![link(0, 5, &ts)]);
+        assert_eq!(s.channels, vec![channel(2, &ts)]);
+        assert_eq!(s.stats, stats(10, 0, 0));
+    }
+
+    #[test]
+    fn child_of_a_parent_in_another_window_is_an_orphan_but_counts_per_link_and_channel() {
+        let mut w = Win::default();
+        let earlier_window = handle(0, WIN.epoch, Kind::Coll, 0);
+        let earlier_epoch = handle(WIN.window, WIN.epoch - 1, Kind::Coll, 0);
+        let c = w.coll(10, Func::AllGather, 64, Datatype::Int8); // slot 0: same slot as both parents
+        w.stop(c, 11);
+        let a = w.op(20, earlier_window, 0, 1, 4);
+        w.step(30, a, 300, 3);
+        w.stop(a, 40);
+        let b = w.op(50, earlier_epoch, 0, 2, 4);
+        w.step(60, b, 600, 6);
+        w.stop(b, 70);
+        // A step whose op started in another window: no rank pair or channel to give it.
+        w.step(80, handle(2, WIN.epoch, Kind::ProxyOp, 2), 999, 9);
+        // A kernel channel of a collective from an earlier window.
+        let k = w.kernel(90, earlier_window, 4, 5);
+        w.rec(k, 91, Body::KernelChStop { gpu_stop: 50 });
+        w.stop(k, 91);
+        let s = w.sum();
+
+        assert_eq!(
+            s.colls,
+            vec![CollGroup {
+                key: key(Func::AllGather, Datatype::Int8),
+                ops: vec![OpSample {
+                    bytes: 64,
+                    duration: None,
+                    transfers: 0
+                }],
+                transfers: vec![],
+            }]
+        );
+        assert_eq!(s.links, vec![link(0, 1, &[t(300, 3)]), link(0, 2, &[t(600, 6)])]);
+        assert_eq!(s.channels, vec![channel(4, &[t(300, 3), t(600, 6)])]);
+        assert_eq!(s.stats, stats(18, 0, 4));
+    }
+
+    #[test]
+    fn op_that_never_stops_leaves_the_collective_without_duration() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::ReduceScatter, 100, Datatype::Bfloat16);
+        w.stop(c, 1);
+        let a = w.op(2, c, 0, 1, 0);
+        let b = w.op(3, c, 0, 1, 1);
+        w.step(4, a, 100, 2);
+        w.step(5, b, 100, 4);
+        w.stop(a, 20);
+        let s = w.sum();
+
+        let ts = [t(100, 2), t(100, 4)];
+        assert_eq!(
+            s.colls[0].ops,
+            vec![OpSample {
+                bytes: 200,
+                duration: None,
+                transfers: 2
+            }]
+        );
+        assert_eq!(s.colls[0].transfers, ts.to_vec());
+        assert_eq!(s.links, vec![link(0, 1, &ts)]);
+        assert_eq!(s.stats, stats(11, 1, 0));
+    }
+
+    #[test]
+    fn step_with_send_wait_but_no_stop_is_unfinished_not_a_transfer() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 8, Datatype::Int64);
+        w.stop(c, 1);
+        let op = w.op(2, c, 0, 1, 0);
+        w.step(3, op, 32, 7);
+        let open = w.start(20, Body::ProxyStep { parent: op, step: 1 });
+        w.rec(open, 21, Body::SendWait { bytes: 32 });
+        let no_wait = w.start(22, Body::ProxyStep { parent: op, step: 2 });
+        w.stop(no_wait, 23);
+        // An op whose only step never finished leaves no empty link or channel group behind.
+        let idle = w.op(24, c, 0, 2, 1);
+        w.start(25, Body::ProxyStep { parent: idle, step: 0 });
+        w.stop(idle, 26);
+        w.stop(op, 30);
+        let s = w.sum();
+
+        assert_eq!(
+            s.colls[0].ops,
+            vec![OpSample {
+                bytes: 64,
+                duration: Some(30.0 / 1024.0),
+                transfers: 1
+            }]
+        );
+        assert_eq!(s.colls[0].transfers, vec![t(32, 7)]);
+        assert_eq!(s.links, vec![link(0, 1, &[t(32, 7)])]);
+        assert_eq!(s.channels, vec![channel(0, &[t(32, 7)])]);
+        assert_eq!(s.stats, stats(14, 3, 0));
+    }
+
+    #[test]
+    fn collective_with_kernel_channels_only_gets_gpu_duration() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 4, Datatype::Float16);
+        w.stop(c, 1);
+        for (ch, start, stop) in [(0, 1_000, 5_000), (1, 1_500, 4_000)] {
+            let k = w.kernel(10, c, ch, start);
+            w.rec(k, 11, Body::KernelChStop { gpu_stop: stop });
+            w.stop(k, 11);
+        }
+        // A second one whose channel 1 has not reported its GPU stop yet.
+        let d = w.coll(20, Func::AllReduce, 4, Datatype::Float16);
+        w.stop(d, 21);
+        let k = w.kernel(22, d, 0, 6_000);
+        w.rec(k, 23, Body::KernelChStop { gpu_stop: 7_000 });
+        w.stop(k, 23);
+        w.kernel(24, d, 1, 6_000);
+        let s = w.sum();
+
+        assert_eq!(
+            s.colls[0].ops,
+            vec![
+                OpSample {
+                    bytes: 8,
+                    duration: Some(4e-6),
+                    transfers: 0
+                },
+                OpSample {
+                    bytes: 8,
+                    duration: None,
+                    transfers: 0
+                },
+            ]
+        );
+        assert!(s.links.is_empty() && s.channels.is_empty());
+        assert_eq!(s.stats, stats(14, 1, 0));
+    }
+
+    #[test]
+    fn intra_node_collective_has_no_duration() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::Broadcast, 4096, Datatype::Int8);
+        w.stop(c, 1);
+        let s = w.sum();
+        assert_eq!(
+            s.colls[0].ops,
+            vec![OpSample {
+                bytes: 4096,
+                duration: None,
+                transfers: 0
+            }]
+        );
+        assert_eq!(s.stats, stats(2, 0, 0));
+    }
+
+    #[test]
+    fn fillers_are_ignored() {
+        let mut plain = Win::default();
+        let c = plain.coll(0, Func::AllReduce, 16, Datatype::Float32);
+        plain.stop(c, 1);
+        let op = plain.op(2, c, 0, 1, 0);
+        plain.step(3, op, 64, 5);
+        plain.stop(op, 10);
+
+        let mut gaps = Win::default();
+        gaps.filler();
+        let c = gaps.coll(0, Func::AllReduce, 16, Datatype::Float32);
+        gaps.filler();
+        gaps.stop(c, 1);
+        let op = gaps.op(2, c, 0, 1, 0);
+        gaps.filler();
+        gaps.step(3, op, 64, 5);
+        gaps.stop(op, 10);
+        gaps.filler();
+
+        let (a, b) = (plain.sum(), gaps.sum());
+        assert_eq!(a, b);
+        assert_eq!(
+            b.colls[0].ops,
+            vec![OpSample {
+                bytes: 64,
+                duration: Some(10.0 / 1024.0),
+                transfers: 1
+            }]
+        );
+        assert_eq!(b.stats, stats(7, 0, 0));
+    }
+
+    #[test]
+    fn pxn_op_counts_for_its_originating_rank() {
+        let mut w = Win::default();
+        let pxn = w.op(0, 0, 3, 1, 5); // parent is foreign: recorded as 0
+        w.step(1, pxn, 128, 2);
+        w.step(5, pxn, 256, 3);
+        w.stop(pxn, 10);
+        let s = w.sum();
+
+        let ts = [t(128, 2), t(256, 3)];
+        assert!(s.colls.is_empty() && s.p2ps.is_empty());
+        assert_eq!(s.links, vec![link(3, 1, &ts)]);
+        assert_eq!(s.channels, vec![channel(5, &ts)]);
+        assert_eq!(s.stats, stats(8, 0, 0), "no parent is not a missing parent");
+    }
+
+    #[test]
+    fn stray_and_foreign_records_are_ignored() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 1, Datatype::Int8);
+        w.stop(c, 1);
+        let op = w.op(2, c, 0, 1, 0);
+        w.stop(op, 10);
+        w.stop(op, 90); // double stop: the first one counts
+        let mut other_comm = Handle::decode(op).unwrap();
+        other_comm.comm.slot = 4;
+        w.stop(other_comm.encode(), 95);
+        w.stop(handle(WIN.window, WIN.epoch, Kind::ProxyOp, 99), 96); // slot out of range
+        w.rec(op, 97, Body::SendWait { bytes: 8 }); // SendWait is for steps only
+        // A start record carrying another slot's handle is not a start.
+        w.rec(c, 98, coll_body(Func::AllReduce, 1, Datatype::Int8));
+        let s = w.sum();
+
+        assert_eq!(
+            s.colls[0].ops,
+            vec![OpSample {
+                bytes: 1,
+                duration: Some(10.0 / 1024.0),
+                transfers: 0
+            }]
+        );
+        assert!(s.links.is_empty() && s.channels.is_empty());
+        assert_eq!(s.stats, stats(9, 0, 0));
+    }
+
+    #[test]
+    fn links_do_not_depend_on_slot_order() {
+        // Causality puts parents before children and starts before their later records; linking
+        // must not rely on it.
+        let coll = handle(WIN.window, WIN.epoch, Kind::Coll, 4);
+        let op = handle(WIN.window, WIN.epoch, Kind::ProxyOp, 2);
+        let step = handle(WIN.window, WIN.epoch, Kind::ProxyStep, 1);
+        let mut w = Win::default();
+        w.stop(op, 50);
+        w.rec(step, 10, Body::ProxyStep { parent: op, step: 0 });
+        w.rec(op, 5, op_body(coll, 0, 1, 0));
+        w.rec(step, 20, Body::SendWait { bytes: 100 });
+        w.rec(coll, 0, coll_body(Func::AllReduce, 25, Datatype::Float32));
+        w.stop(step, 30);
+        w.stop(coll, 1);
+        let s = w.sum();
+
+        assert_eq!(
+            s.colls,
+            vec![CollGroup {
+                key: key(Func::AllReduce, Datatype::Float32),
+                ops: vec![OpSample {
+                    bytes: 100,
+                    duration: Some(50.0 / 1024.0),
+                    transfers: 1
+                }],
+                transfers: vec![t(100, 10)],
+            }]
+        );
+        assert_eq!(s.links, vec![link(0, 1, &[t(100, 10)])]);
+        assert_eq!(s.stats, stats(7, 0, 0));
+    }
+
+    #[test]
+    fn output_is_deterministic_and_sorted() {
+        let mut w = Win::default();
+        for (i, (func, dt, peer, ch)) in [
+            (Func::Reduce, Datatype::Int32, 3, 7),
+            (Func::AllReduce, Datatype::Float32, 1, 2),
+            (Func::AllReduce, Datatype::Float16, 2, 0),
+            (Func::AllGather, Datatype::Int8, 1, 2),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let ts = 100 * i as u64;
+            let c = w.coll(ts, func, 10, dt);
+            w.stop(c, ts + 1);
+            let op = w.op(ts + 2, c, 0, peer, ch);
+            w.step(ts + 3, op, 10 * (i as u64 + 1), i as u64 + 1);
+            w.stop(op, ts + 9);
+            let p = w.start(
+                ts + 10,
+                Body::P2p(P2pStart {
+                    count: 1,
+                    peer: 4 - peer,
+                    datatype: dt,
+                }),
+            );
+            w.stop(p, ts + 11);
+        }
+        let (a, b) = (w.sum(), w.sum());
+        assert_eq!(a, b);
+        let keys: Vec<_> = a.colls.iter().map(|g| (g.key.func, g.key.datatype)).collect();
+        assert_eq!(
+            keys,
+            [
+                (Func::AllGather, Datatype::Int8),
+                (Func::AllReduce, Datatype::Float16),
+                (Func::AllReduce, Datatype::Float32),
+                (Func::Reduce, Datatype::Int32),
+            ]
+        );
+        let p2ps: Vec<_> = a.p2ps.iter().map(|g| (g.peer, g.datatype)).collect();
+        assert_eq!(
+            p2ps,
+            [
+                (1, Datatype::Int32),
+                (2, Datatype::Float16),
+                (3, Datatype::Int8),
+                (3, Datatype::Float32)
+            ]
+        );
+        let links: Vec<_> = a.links.iter().map(|g| (g.rank, g.peer, g.bytes)).collect();
+        assert_eq!(links, [(0, 1, 20 + 40), (0, 2, 30), (0, 3, 10)]);
+        let channels: Vec<_> = a.channels.iter().map(|g| (g.channel, g.transfers.len())).collect();
+        assert_eq!(channels, [(0, 1), (2, 2), (7, 1)]);
+        assert!(summarize(&w.recs, WIN, &meta(), SPT, true).stats.forced);
+    }
+}

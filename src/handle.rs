@@ -14,7 +14,7 @@
 //! | 38–49 | comm generation (1–4095) |
 //! | 50–61 | comm slot      |
 //!
-//! A context packs (comm slot, generation) the same way plus the low 40 bits of the communicator
+//! A context packs (comm slot, generation) the same way plus the low 38 bits of the communicator
 //! hash, so a PXN op from another process can be matched to our own communicator with that hash.
 #![forbid(unsafe_code)]
 
@@ -33,7 +33,7 @@ const EPOCH_SHIFT: u32 = 24;
 const WINDOW_SHIFT: u32 = 36;
 const GEN_SHIFT: u32 = 38;
 const COMM_SHIFT: u32 = 50;
-const HASH_BITS: u32 = 40;
+const HASH_BITS: u32 = GEN_SHIFT;
 
 /// Event kinds we hand out handles for.
 #[repr(u8)]
@@ -123,19 +123,27 @@ impl Handle {
 pub struct Context {
     /// The communicator.
     pub comm: CommId,
-    /// Low 40 bits of the communicator hash.
-    pub hash40: u64,
+    /// Low 38 bits of the communicator hash.
+    pub hash_tag: u64,
 }
 
 impl Context {
     /// Builds the context of a communicator with hash `comm_hash`.
     pub fn new(comm: CommId, comm_hash: u64) -> Context {
-        Context { comm, hash40: comm_hash & ((1 << HASH_BITS) - 1) }
+        Context {
+            comm,
+            hash_tag: Context::tag(comm_hash),
+        }
+    }
+
+    /// The part of a communicator hash a context carries.
+    pub fn tag(comm_hash: u64) -> u64 {
+        comm_hash & ((1 << HASH_BITS) - 1)
     }
 
     /// Packs into the non-zero integer NCCL stores as `*context`.
     pub fn encode(self) -> u64 {
-        comm_bits(self.comm) | self.hash40
+        comm_bits(self.comm) | self.hash_tag
     }
 
     /// Unpacks a context; `None` when it cannot be one of ours.
@@ -143,12 +151,16 @@ impl Context {
         if value >> 62 != 0 {
             return None;
         }
-        Some(Context { comm: comm_from_bits(value)?, hash40: value & ((1 << HASH_BITS) - 1) })
+        Some(Context {
+            comm: comm_from_bits(value)?,
+            hash_tag: Context::tag(value),
+        })
     }
 }
 
 fn comm_bits(comm: CommId) -> u64 {
-    u64::from(comm.generation as u32 & GEN_MASK) << GEN_SHIFT | (comm.slot as u64 & (MAX_COMMS as u64 - 1)) << COMM_SHIFT
+    u64::from(comm.generation as u32 & GEN_MASK) << GEN_SHIFT
+        | (comm.slot as u64 & (MAX_COMMS as u64 - 1)) << COMM_SHIFT
 }
 
 fn comm_from_bits(value: u64) -> Option<CommId> {
@@ -198,7 +210,13 @@ mod tests {
     fn rejects_zero_generation_unknown_kind_and_high_bits() {
         assert_eq!(Handle::decode(0), None);
         assert_eq!(Context::decode(0), None);
-        let h = Handle { comm: CommId { slot: 1, generation: 1 }, window: 0, epoch: 0, kind: Kind::Coll, slot: 0 };
+        let h = Handle {
+            comm: CommId { slot: 1, generation: 1 },
+            window: 0,
+            epoch: 0,
+            kind: Kind::Coll,
+            slot: 0,
+        };
         assert_eq!(Handle::decode(h.encode() & !(7 << KIND_SHIFT)), None);
         assert_eq!(Handle::decode(h.encode() | 1 << 63), None);
         assert_eq!(Context::decode(h.encode() | 1 << 62), None);

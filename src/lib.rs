@@ -20,6 +20,7 @@ pub mod ffi;
 pub mod handle;
 pub mod nccl_log;
 pub mod regression;
+pub mod stats;
 pub mod sync;
 pub mod telemetry;
 pub mod window;

@@ -1,1 +1,35 @@
-//! (placeholder)
+//! Atomics and `UnsafeCell` for the lock-free window: `std`'s, or `loom`'s under `cfg(loom)` so the
+//! loom model in `tests/loom_window.rs` explores every interleaving of the same code.
+#![forbid(unsafe_code)]
+
+#[cfg(loom)]
+pub use loom::{
+    cell::UnsafeCell,
+    sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering},
+};
+
+#[cfg(not(loom))]
+pub use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+/// `std`'s `UnsafeCell` with loom's `with`/`with_mut` access API.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    /// Wraps `value`.
+    pub const fn new(value: T) -> Self {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Gives `f` a shared raw pointer to the content.
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Gives `f` a mutable raw pointer to the content.
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}

@@ -1,1 +1,325 @@
-//! (placeholder)
+//! One window: a pre-allocated array of record slots, a claim cursor and a per-slot epoch stamp.
+//!
+//! Producers (NCCL's user and proxy threads) only ever [`Window::push`]: a `fetch_add` on the
+//! cursor claims a slot, the record is written, and the slot's stamp is set to the window's epoch
+//! with `Release`. Everything else belongs to the consumer role (the telemetry thread or `finalize`,
+//! serialised by the communicator's consumer lock), which owns every state edge:
+//!
+//! | edge                   | owner    | what happens                                              |
+//! |------------------------|----------|-----------------------------------------------------------|
+//! | READY → FILLING        | consumer | [`Window::open`]: cursor 0, claims succeed again           |
+//! | FILLING → CLOSING      | consumer | count or time trigger; a newer window takes new roots      |
+//! | CLOSING → PROCESSING   | consumer | [`Window::seal`]: cursor swapped past capacity, then every claimed slot is awaited |
+//! | PROCESSING → READY     | consumer | [`Window::reset`]: epoch + 1, pages past the used part released |
+//!
+//! A READY or PROCESSING window is sealed, so a late producer's claim fails ("full") and is
+//! counted by the caller: a slot being read is never overwritten and producers never wait.
+//! Communicators keep their windows for the life of the process (type-stable memory), so even a
+//! producer racing a `finalize` writes into mapped memory of the right type.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::mem::MaybeUninit;
+
+use crossbeam_utils::CachePadded;
+
+use crate::event::Record;
+use crate::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+
+/// Cursor value of a sealed window; claims past it fail without wrapping for 2^62 attempts.
+const SEALED: u64 = 1 << 62;
+
+/// Where a window is in its cycle.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowState {
+    /// Sealed, reset, waiting to be opened.
+    Ready = 0,
+    /// Takes new events.
+    Filling = 1,
+    /// Takes only records of events it already holds; waits for them to finish.
+    Closing = 2,
+    /// Sealed; the consumer reads it.
+    Processing = 3,
+}
+
+/// One record slot.
+pub struct Slot {
+    /// Epoch of the window when this slot's record was published.
+    stamp: AtomicU32,
+    record: UnsafeCell<MaybeUninit<Record>>,
+}
+
+/// A slot claimed by [`Window::push`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Index of the slot.
+    pub slot: u32,
+    /// Window epoch the record was published in.
+    pub epoch: u32,
+}
+
+/// A fixed-capacity window of records.
+pub struct Window {
+    cursor: CachePadded<AtomicU64>,
+    epoch: AtomicU32,
+    state: AtomicU8,
+    slots: Box<[Slot]>,
+}
+
+// SAFETY: slots are written only by the thread that claimed them (unique index from `fetch_add`)
+// and read only after their stamp is published (`Release`/`Acquire`); `Record` is `Send + Copy`.
+unsafe impl Sync for Window {}
+
+impl Window {
+    /// A sealed READY window of `capacity` slots at epoch 1; `None` when out of memory. Untouched
+    /// slots cost no resident memory: the array is zero-allocated (a valid empty `Slot`).
+    pub fn new(capacity: u32) -> Option<Window> {
+        Some(Window {
+            cursor: CachePadded::new(AtomicU64::new(SEALED)),
+            epoch: AtomicU32::new(1),
+            state: AtomicU8::new(WindowState::Ready as u8),
+            slots: zeroed_slots(capacity as usize)?,
+        })
+    }
+
+    /// Claims a slot, writes `build(claim)` into it and publishes it.
+    /// `None` when the window is full or sealed. Called on: NCCL user and proxy threads.
+    #[inline]
+    pub fn push(&self, build: impl FnOnce(Claim) -> Record) -> Option<Claim> {
+        // Acquire: pairs with `open`'s Release, so the epoch bumped by `reset` is visible.
+        let index = self.cursor.fetch_add(1, Ordering::Acquire);
+        let slot = self.slots.get(usize::try_from(index).ok()?)?;
+        let claim = Claim {
+            slot: index as u32,
+            epoch: self.epoch.load(Ordering::Relaxed),
+        };
+        let record = build(claim);
+        // SAFETY: `index` came from this `fetch_add` below capacity, so this thread alone owns the
+        // slot this epoch; the consumer reads it only after the stamp below, and `reset` (the
+        // only way to reuse the index) happens after `seal` waited for that stamp.
+        slot.record.with_mut(|p| unsafe { (*p).write(record) });
+        // Release: the record is visible before the stamp that says it is there.
+        slot.stamp.store(claim.epoch, Ordering::Release);
+        Some(claim)
+    }
+
+    /// Current epoch. Called on: any thread.
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    /// Current state.
+    pub fn state(&self) -> WindowState {
+        match self.state.load(Ordering::Acquire) {
+            1 => WindowState::Filling,
+            2 => WindowState::Closing,
+            3 => WindowState::Processing,
+            _ => WindowState::Ready,
+        }
+    }
+
+    /// Slots claimed so far (may exceed capacity while full; huge once sealed).
+    pub fn claimed(&self) -> u64 {
+        self.cursor.load(Ordering::Relaxed)
+    }
+
+    /// Capacity in slots.
+    pub fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    fn transition(&self, from: WindowState, to: WindowState) -> bool {
+        // AcqRel: the consumer's own writes before the edge are ordered with the edge.
+        self.state
+            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// READY → FILLING. Called on: consumer.
+    pub fn open(&self) -> bool {
+        let opened = self.transition(WindowState::Ready, WindowState::Filling);
+        if opened {
+            // Release: pairs with `push`'s Acquire (new epoch visible to every claimer).
+            self.cursor.store(0, Ordering::Release);
+        }
+        opened
+    }
+
+    /// FILLING → CLOSING. Called on: consumer.
+    pub fn close(&self) -> bool {
+        self.transition(WindowState::Filling, WindowState::Closing)
+    }
+
+    /// FILLING or CLOSING → PROCESSING: no claim succeeds after this. Returns how many slots were
+    /// claimed (capped at capacity); read them with [`Window::published`]. Called on: consumer.
+    pub fn seal(&self) -> Option<u32> {
+        if !(self.transition(WindowState::Closing, WindowState::Processing)
+            || self.transition(WindowState::Filling, WindowState::Processing))
+        {
+            return None;
+        }
+        // AcqRel: every claim before the swap is counted in the returned value.
+        let claimed = self.cursor.swap(SEALED, Ordering::AcqRel);
+        Some(claimed.min(self.slots.len() as u64) as u32)
+    }
+
+    /// The record in `slot` if it was published this epoch. Called on: consumer (a slot below a
+    /// claimed count of a CLOSING or PROCESSING window).
+    pub fn published(&self, slot: u32) -> Option<Record> {
+        let s = self.slots.get(slot as usize)?;
+        // Acquire: pairs with `push`'s Release; the record is complete once the stamp matches.
+        if s.stamp.load(Ordering::Acquire) != self.epoch() {
+            return None;
+        }
+        // SAFETY: the stamp equals this epoch, so the record was fully written by its claimer
+        // and nobody writes the slot again before `reset` (which the consumer alone calls).
+        Some(s.record.with(|p| unsafe { (*p).assume_init() }))
+    }
+
+    /// PROCESSING → READY: bump the epoch (old stamps and handles become stale) and release the
+    /// memory of slots past `keep`. Called on: consumer, after reading the sealed window.
+    pub fn reset(&self, keep: u32) -> bool {
+        if self.state() != WindowState::Processing {
+            return false;
+        }
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        self.release_from(keep);
+        self.transition(WindowState::Processing, WindowState::Ready)
+    }
+
+    /// Brings the window back to READY from any state, discarding its records (a communicator
+    /// slot being reused after a disabled communicator). Called on: consumer (`register`).
+    pub fn recycle(&self) {
+        self.seal();
+        self.reset(0);
+    }
+
+    /// Releases the memory of every slot of a READY window. Called on: consumer (`finalize`).
+    pub fn release(&self) {
+        if self.state() == WindowState::Ready {
+            self.release_from(0);
+        }
+    }
+
+    /// Returns the whole pages of slots at and past `first` to the kernel (they read as zero, a
+    /// valid empty slot, and cost no resident memory until touched again).
+    #[cfg(not(loom))]
+    fn release_from(&self, first: u32) {
+        let page = 4096usize;
+        let base = self.slots.as_ptr() as usize;
+        let end = base + std::mem::size_of_val(&*self.slots);
+        let from = (base + first as usize * size_of::<Slot>()).next_multiple_of(page);
+        if from < end {
+            let len = (end - from) / page * page;
+            // SAFETY: [from, from+len) lies inside our own slot allocation, which is never freed;
+            // MADV_DONTNEED zero-fills it, and all-zero bytes are a valid `Slot`. A racing late
+            // producer at worst writes a page that is then zero or kept: no invalid memory access.
+            unsafe { libc::madvise(from as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        }
+    }
+
+    #[cfg(loom)]
+    fn release_from(&self, _first: u32) {}
+}
+
+/// `capacity` empty slots, allocated zeroed so untouched pages are never resident; `None` when
+/// the memory cannot be had.
+#[cfg(not(loom))]
+fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
+    let layout = std::alloc::Layout::array::<Slot>(capacity.max(1)).ok()?;
+    // SAFETY: the layout is non-zero-sized; a zeroed `Slot` is valid (stamp 0 is no epoch, the
+    // record is `MaybeUninit`); pointer and length describe exactly that allocation, made with
+    // the layout `Box<[Slot]>` frees it with.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<Slot>();
+        (!ptr.is_null()).then(|| Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, capacity.max(1))))
+    }
+}
+
+#[cfg(loom)]
+fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
+    Some(
+        (0..capacity)
+            .map(|_| Slot {
+                stamp: AtomicU32::new(0),
+                record: UnsafeCell::new(MaybeUninit::uninit()),
+            })
+            .collect(),
+    )
+}
+
+#[cfg(all(test, not(loom)))]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::event::Body;
+
+    fn rec(id: u64) -> Record {
+        Record {
+            id,
+            ts: id * 10,
+            body: Body::Stop,
+        }
+    }
+
+    #[test]
+    fn claims_publish_seal_and_reset() {
+        let w = Window::new(4).unwrap();
+        assert_eq!(w.push(|_| rec(9)), None, "a new window is sealed until opened");
+        assert!(w.open());
+        let claims: Vec<_> = (1..=4).map(|i| w.push(|_| rec(i)).unwrap()).collect();
+        assert_eq!(claims[3], Claim { slot: 3, epoch: 1 });
+        assert_eq!(w.push(|_| rec(5)), None, "full");
+        assert!(w.close());
+        assert_eq!(w.published(2), Some(rec(3)));
+        assert_eq!(w.seal(), Some(4));
+        assert_eq!(w.push(|_| rec(6)), None, "sealed");
+        assert!(w.reset(4));
+        assert_eq!(w.state(), WindowState::Ready);
+        assert_eq!(w.published(0), None, "old stamps are stale after reset");
+        assert!(w.open());
+        assert_eq!(w.push(|_| rec(7)), Some(Claim { slot: 0, epoch: 2 }));
+    }
+
+    #[test]
+    fn edges_have_one_owner() {
+        let w = Window::new(2).unwrap();
+        assert!(!w.close() && w.seal().is_none() && !w.reset(0), "READY only opens");
+        assert!(w.open() && !w.open());
+        assert_eq!(w.seal(), Some(0), "an empty FILLING window can be sealed directly");
+        assert!(w.reset(0));
+    }
+
+    #[test]
+    fn released_pages_read_as_empty_slots() {
+        let w = Window::new(10_000).unwrap();
+        w.open();
+        (0..10_000).for_each(|i| {
+            w.push(|_| rec(i)).unwrap();
+        });
+        assert_eq!(w.seal(), Some(10_000));
+        assert!(w.reset(100));
+        w.release();
+        assert!(w.slots.iter().all(|s| s.stamp.load(Ordering::Relaxed) <= 1));
+        assert!(w.open());
+        assert_eq!(w.push(|_| rec(1)).map(|c| c.epoch), Some(2));
+    }
+
+    #[test]
+    fn concurrent_producers_lose_nothing() {
+        let w = Window::new(40_000).unwrap();
+        w.open();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let w = &w;
+                s.spawn(move || (0..10_000).for_each(|i| assert!(w.push(|_| rec(t << 32 | i)).is_some())));
+            }
+        });
+        let n = w.seal().unwrap();
+        let mut ids: Vec<u64> = (0..n).map(|i| w.published(i).unwrap().id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 40_000);
+    }
+}

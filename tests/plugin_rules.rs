@@ -1,0 +1,471 @@
+//! The plugin's rules, driven through the real exported `ncclProfiler_v4` table as NCCL calls it:
+//! out-parameters, NULL/stale/foreign/unknown inputs, declined events, routing of children to
+//! their parent's window, the count and time triggers, the grace period, drops, finalize with
+//! events in flight, and init after a full finalize.
+//!
+//! The telemetry thread is disabled here (`NCCL_PROFILER_OTEL_TELEMETRY_ENABLE=0`) so each test
+//! drives the consumer itself with `Comm::poll` at chosen instants.
+
+mod emulator;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use emulator::{H, Plugin, pid, ty};
+use nccl_profiler_otel::aggregate::WindowSummary;
+use nccl_profiler_otel::comm::{self, SETTLE};
+use nccl_profiler_otel::event::{Algo, Datatype, Func, Proto};
+use nccl_profiler_otel::handle::Context;
+use nccl_profiler_otel::stats::STATS;
+use nccl_profiler_otel::telemetry::{self, Sink};
+use nccl_profiler_otel::{clock, config::Config};
+
+const CAPACITY: u32 = 4096;
+const COUNT_TRIGGER: u32 = 1000;
+const INTERVAL: Duration = Duration::from_secs(2);
+
+/// Every summary the sinks received (finalize delivers to sinks).
+#[derive(Default)]
+struct Capture(Mutex<Vec<WindowSummary>>);
+
+impl Sink for Capture {
+    fn window(&self, summary: &WindowSummary) {
+        self.0.lock().unwrap().push(summary.clone());
+    }
+}
+
+fn setup() -> &'static (Plugin, Arc<Capture>) {
+    static SETUP: OnceLock<(Plugin, Arc<Capture>)> = OnceLock::new();
+    SETUP.get_or_init(|| {
+        // SAFETY: runs once, before any test reads the environment through the plugin.
+        unsafe {
+            std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENABLE", "0");
+            std::env::set_var("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", CAPACITY.to_string());
+            std::env::set_var("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", COUNT_TRIGGER.to_string());
+            std::env::set_var(
+                "NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC",
+                INTERVAL.as_secs().to_string(),
+            );
+        }
+        let capture = Arc::new(Capture::default());
+        telemetry::add_sink(capture.clone());
+        (Plugin::in_process(), capture)
+    })
+}
+
+/// A fresh communicator with a hash no other test uses.
+fn new_comm(p: &Plugin, rank: i32, nranks: i32) -> emulator::Comm {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x5eed_0000_0001);
+    let hash = NEXT.fetch_add(0x1_0001, std::sync::atomic::Ordering::Relaxed);
+    let (c, mask) = p.init(Some("test"), hash, 2, nranks, rank);
+    assert!(!c.context.is_null());
+    assert_eq!(mask, Config::global().event_mask);
+    c
+}
+
+/// Summaries delivered for communicator `hash` so far (taken).
+fn delivered(hash: u64) -> Vec<WindowSummary> {
+    let mut all = setup().1.0.lock().unwrap();
+    let (mine, rest): (Vec<_>, Vec<_>) = all.drain(..).partition(|s| s.comm.hash == hash);
+    *all = rest;
+    mine
+}
+
+/// Polls communicator `hash` as the telemetry thread would at `now`.
+fn poll(hash: u64, now: Instant) -> Vec<WindowSummary> {
+    let c = comm::all()
+        .find(|c| c.meta().hash == hash && c.is_live())
+        .expect("live communicator");
+    c.poll(now, clock::secs_per_tick())
+}
+
+fn finalize(p: &Plugin, c: &emulator::Comm) -> Vec<WindowSummary> {
+    p.finalize(c.context);
+    delivered(c.hash)
+}
+
+/// A Coll with one ProxyOp of `steps` send steps of `bytes` each, everything stopped.
+fn allreduce(p: &Plugin, c: &emulator::Comm, steps: i32, bytes: u64) -> H {
+    let coll = p.coll(c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 1024, 1, 0);
+    p.stop(coll);
+    let op = p.proxy_op(c.context, coll, pid(), c.rank, (c.rank + 1) % c.nranks, 0, steps, true);
+    p.state(op, ty::OP_IN_PROGRESS, 0);
+    (0..steps).for_each(|s| p.send_step(c.context, op, c.rank, s, bytes, 1, Duration::ZERO));
+    p.stop(op);
+    coll
+}
+
+fn sum_transfers(s: &[WindowSummary]) -> usize {
+    s.iter().flat_map(|w| &w.colls).map(|g| g.transfers.len()).sum()
+}
+
+#[test]
+fn table_is_named_otel_and_init_sets_the_mask() {
+    let (p, _) = setup();
+    assert_eq!(p.name(), "otel");
+    let c = new_comm(p, 0, 2);
+    assert_eq!(
+        Config::global().event_mask,
+        0x1E,
+        "Coll|P2p|ProxyOp|ProxyStep by default"
+    );
+    finalize(p, &c);
+}
+
+#[test]
+fn comm_name_is_copied_during_init() {
+    let (p, _) = setup();
+    let (c, _) = p.init(Some("dp-group-7"), 0xC0FF_EE00, 1, 4, 3); // the name's buffer is freed on return
+    let s = finalize(p, &c);
+    assert_eq!(s.len(), 1);
+    assert_eq!(
+        (s[0].comm.name.as_str(), s[0].comm.rank, s[0].comm.nranks),
+        ("dp-group-7", 3, 4)
+    );
+}
+
+#[test]
+fn null_inputs_are_ignored_and_counted() {
+    let (p, _) = setup();
+    let before = STATS.null_args.get();
+    // NULL context: every callback tolerates it.
+    let coll = p.coll(
+        &emulator::Comm {
+            context: std::ptr::null_mut(),
+            hash: 0,
+            rank: 0,
+            nranks: 2,
+        },
+        H::NULL,
+        "AllReduce",
+        "RING",
+        "LL",
+        "ncclInt8",
+        1,
+        1,
+        0,
+    );
+    assert!(coll.is_null());
+    p.finalize(std::ptr::null_mut());
+    // NULL handle to stop and state, NULL args, NULL eHandle pointer, NULL descriptor.
+    p.stop(H::NULL);
+    p.state(H::NULL, ty::SEND_WAIT, 1);
+    let c = new_comm(p, 0, 2);
+    let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);
+    let op = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true);
+    let step = p.proxy_step(c.context, op, 0, 0);
+    p.state_null(step, ty::SEND_WAIT);
+    let table = &nccl_profiler_otel::ffi::ncclProfiler_v4.0;
+    let mut d = emulator::descr(ty::COLL, H::NULL, 0);
+    let mut h = 0x77 as *mut std::ffi::c_void;
+    // SAFETY: exercising NCCL-side NULLs through the real entry points.
+    unsafe {
+        assert_eq!((table.startEvent.unwrap())(c.context, std::ptr::null_mut(), &mut d), 0);
+        assert_eq!((table.startEvent.unwrap())(c.context, &mut h, std::ptr::null_mut()), 0);
+        assert_eq!(
+            (table.init.unwrap())(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                0,
+                0,
+                0,
+                0,
+                None
+            ),
+            0
+        );
+    }
+    assert!(
+        h.is_null(),
+        "*eHandle is written NULL before the descriptor is looked at"
+    );
+    assert!(STATS.null_args.get() >= before + 8);
+    finalize(p, &c);
+}
+
+#[test]
+fn unknown_types_and_states_are_counted() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let (types, states) = (STATS.unknown_types.get(), STATS.unknown_states.get());
+    for t in [0u8, 3, 0xFF] {
+        assert!(p.start(c.context, &mut emulator::descr(t, H::NULL, 0)).is_null());
+    }
+    let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);
+    let op = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true);
+    let step = p.proxy_step(c.context, op, 0, 0);
+    p.state(step, 999, 1);
+    p.state(coll, ty::SEND_WAIT, 1);
+    p.state(op, ty::KERNEL_CH_STOP, 1);
+    assert!(STATS.unknown_types.get() >= types + 3);
+    assert!(STATS.unknown_states.get() >= states + 3);
+    finalize(p, &c);
+}
+
+#[test]
+fn stale_and_double_stopped_handles_are_safe() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let before = STATS.stale.get();
+    p.stop(H(0x1234 as *mut _));
+    p.state(H(usize::MAX as *mut _), ty::SEND_WAIT, 1);
+    let coll = allreduce(p, &c, 2, 4096);
+    p.stop(coll); // double stop of a Coll: NCCL does this with stale API handles
+    let s = finalize(p, &c);
+    assert_eq!(s.iter().flat_map(|w| &w.colls).map(|g| g.ops.len()).sum::<usize>(), 1);
+    // Handles of a finalized communicator are stale, also as parents and contexts.
+    p.stop(coll);
+    assert!(p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true).is_null());
+    assert!(p.proxy_step(c.context, coll, 0, 0).is_null());
+    p.finalize(c.context);
+    assert!(STATS.stale.get() >= before + 5);
+}
+
+#[test]
+fn group_has_a_handle_but_no_record_and_ctrl_and_receives_are_declined() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let declined = STATS.declined.get();
+    let g = p.group(&c);
+    assert!(!g.is_null());
+    let coll = p.coll(&c, g, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0); // v4: the Group is the parent
+    assert!(!coll.is_null());
+    p.stop(coll);
+    p.stop(g);
+    assert!(
+        p.start(c.context, &mut emulator::descr(ty::PROXY_CTRL, H::NULL, 0))
+            .is_null()
+    );
+    assert!(p.p2p(&c, g, "Recv", "ncclInt8", 10, 1).is_null());
+    let recv = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 2, false);
+    assert!(recv.is_null());
+    // Receive steps under the declined op (NULL parent), including a restarted one.
+    for _ in 0..2 {
+        let s = p.proxy_step(c.context, recv, 0, 0);
+        assert!(s.is_null());
+        p.stop(s);
+    }
+    assert!(STATS.declined.get() >= declined + 5);
+    let s = finalize(p, &c);
+    assert_eq!(
+        s.iter().map(|w| w.stats.records).sum::<u64>(),
+        2,
+        "only the Coll start and stop"
+    );
+}
+
+#[test]
+fn pxn_ops_never_decode_foreign_context_or_parent() {
+    let (p, _) = setup();
+    let c = new_comm(p, 1, 4);
+    let (ops, unmatched) = (STATS.foreign_ops.get(), STATS.foreign_unmatched.get());
+    // The originator's context: its own (slot, generation), our communicator's hash bits.
+    let ours = Context::decode(c.context as u64).unwrap();
+    let foreign_ctx = Context::new(
+        nccl_profiler_otel::handle::CommId {
+            slot: 4000,
+            generation: 7,
+        },
+        c.hash,
+    )
+    .encode() as *mut _;
+    let bogus_parent = H(0xdead_beef_0000 as *mut _);
+    let op = p.proxy_op(foreign_ctx, bogus_parent, pid() + 1, 3, 0, 2, 2, true);
+    assert!(!op.is_null(), "recorded under our communicator with the same hash");
+    (0..2).for_each(|s| p.send_step(foreign_ctx, op, 3, s, 1 << 20, 0, Duration::from_micros(5)));
+    p.stop(op);
+    // A foreign op for a communicator we do not have is dropped, never decoded.
+    let other = Context::new(ours.comm, !c.hash).encode() as *mut _;
+    assert!(p.proxy_op(other, bogus_parent, pid() + 1, 3, 0, 2, 2, true).is_null());
+    assert_eq!(STATS.foreign_ops.get(), ops + 1);
+    assert_eq!(STATS.foreign_unmatched.get(), unmatched + 1);
+    let s = finalize(p, &c);
+    let link = s
+        .iter()
+        .flat_map(|w| &w.links)
+        .find(|l| l.rank == 3 && l.peer == 0)
+        .expect("PXN link under the originating rank");
+    assert_eq!((link.bytes, link.samples.len()), (2 << 20, 2));
+    assert_eq!(
+        s.iter().map(|w| w.stats.orphans).sum::<u64>(),
+        0,
+        "a foreign op has no parent to miss"
+    );
+}
+
+#[test]
+fn trans_size_comes_only_from_send_wait() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    allreduce(p, &c, 3, 777); // each step also reports a stale 12345 on GPUWait and PeerWait
+    let s = finalize(p, &c);
+    let t: Vec<u64> = s
+        .iter()
+        .flat_map(|w| &w.colls)
+        .flat_map(|g| &g.transfers)
+        .map(|t| t.bytes)
+        .collect();
+    assert_eq!(t, vec![777; 3]);
+}
+
+#[test]
+fn kernel_channels_give_gpu_time_without_proxy_ops() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let coll = p.coll(&c, H::NULL, "AllGather", "RING", "LL128", "ncclInt8", 1 << 20, 2, 5);
+    p.stop(coll);
+    for (ch, start, stop) in [(0u8, 1_000_000u64, 1_050_000u64), (1, 1_010_000, 1_080_000)] {
+        let k = p.kernel_ch(c.context, coll, ch, start);
+        p.state(k, ty::KERNEL_CH_STOP, stop);
+        p.stop(k);
+    }
+    let s = finalize(p, &c);
+    let g = s.iter().flat_map(|w| &w.colls).next().unwrap();
+    assert_eq!(
+        (g.key.func, g.key.algo, g.key.proto, g.key.datatype),
+        (Func::AllGather, Algo::Ring, Proto::Ll128, Datatype::Int8)
+    );
+    assert_eq!(g.ops[0].bytes, 1 << 20);
+    let d = g.ops[0].duration.unwrap();
+    assert!((d - 80e-6).abs() < 1e-12, "max stop - min start = 80 µs, got {d}");
+}
+
+#[test]
+fn finalize_with_events_in_flight_reports_them_unfinished() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let coll = p.coll(
+        &c,
+        H::NULL,
+        "ReduceScatter",
+        "RING",
+        "SIMPLE",
+        "ncclFloat16",
+        4096,
+        1,
+        0,
+    );
+    let op = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 4, true);
+    let step = p.proxy_step(c.context, op, 0, 0);
+    p.state(step, ty::SEND_WAIT, 512);
+    let s = finalize(p, &c); // nothing was stopped
+    assert_eq!(s.len(), 1);
+    let w = &s[0];
+    assert!(w.stats.forced && w.stats.unfinished == 3, "{:?}", w.stats);
+    assert_eq!(w.colls[0].ops[0].duration, None, "no duration rather than a wrong one");
+    // Callbacks after finalize are harmless.
+    p.stop(step);
+    p.stop(op);
+}
+
+#[test]
+fn init_works_after_every_communicator_was_finalized() {
+    let (p, _) = setup();
+    for _ in 0..3 {
+        let c = new_comm(p, 0, 2);
+        allreduce(p, &c, 1, 100);
+        assert_eq!(sum_transfers(&finalize(p, &c)), 1);
+    }
+}
+
+#[test]
+fn count_trigger_rotates_and_children_follow_their_parent() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    // A collective starts in window A, then enough other traffic to pass the count trigger.
+    let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 1 << 20, 1, 1);
+    p.stop(coll);
+    let filler = COUNT_TRIGGER as i32 / 7 + 1; // 7 records per one-step collective
+    (0..filler).for_each(|_| {
+        allreduce(p, &c, 1, 64);
+    });
+    let t0 = Instant::now();
+    assert!(
+        poll(c.hash, t0).is_empty(),
+        "A closes but still has an open collective child to come"
+    );
+    // The collective's proxy op arrives after the rotation: it must still land in A.
+    let op = p.proxy_op(c.context, coll, pid(), 0, 1, 3, 2, true);
+    (0..2).for_each(|s| p.send_step(c.context, op, 0, s, 1 << 16, 0, Duration::ZERO));
+    p.stop(op);
+    // A new root goes to the new window B.
+    allreduce(p, &c, 1, 64);
+    let a = poll(c.hash, t0 + SETTLE);
+    assert_eq!(a.len(), 1, "A is processed once settled with nothing open");
+    let seq1 = a[0]
+        .colls
+        .iter()
+        .flat_map(|g| &g.ops)
+        .filter(|o| o.transfers == 2)
+        .count();
+    assert_eq!(seq1, 1, "the late proxy op was linked to its collective in A");
+    assert_eq!(a[0].stats.orphans, 0);
+    assert_eq!(
+        a[0].colls.iter().map(|g| g.ops.len()).sum::<usize>(),
+        filler as usize + 1
+    );
+    let b = finalize(p, &c);
+    assert_eq!(b.iter().flat_map(|w| &w.colls).map(|g| g.ops.len()).sum::<usize>(), 1);
+}
+
+#[test]
+fn time_trigger_and_grace_period_bound_a_window() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let t0 = Instant::now();
+    let coll = p.coll(&c, H::NULL, "Broadcast", "RING", "SIMPLE", "ncclInt8", 100, 1, 0);
+    p.stop(coll);
+    let _never_stopped = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true);
+    assert!(poll(c.hash, t0 + INTERVAL / 2).is_empty(), "no trigger yet");
+    assert!(
+        poll(c.hash, t0 + INTERVAL + SETTLE).is_empty(),
+        "closed by time, waiting for the op"
+    );
+    let s = poll(c.hash, t0 + 2 * INTERVAL + 2 * SETTLE);
+    assert_eq!(s.len(), 1, "the grace period ends CLOSING with the op unfinished");
+    assert!(s[0].stats.forced && s[0].stats.unfinished == 1);
+    assert_eq!(s[0].colls[0].ops[0].duration, None);
+    finalize(p, &c);
+}
+
+#[test]
+fn a_full_window_drops_and_counts_without_waiting() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let n = CAPACITY as usize + 100;
+    let handles: Vec<H> = (0..n)
+        .map(|i| p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, i as u64))
+        .collect();
+    assert_eq!(handles.iter().filter(|h| h.is_null()).count(), 100);
+    let drops = comm::all()
+        .find(|x| x.meta().hash == c.hash && x.is_live())
+        .unwrap()
+        .drop_counts();
+    assert_eq!(drops.full, 100);
+    let s = finalize(p, &c);
+    assert_eq!(s.iter().map(|w| w.stats.records).sum::<u64>(), u64::from(CAPACITY));
+}
+
+#[test]
+fn two_threads_on_one_communicator() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 2);
+    let colls: Vec<H> = (0..200)
+        .map(|i| p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 256, 1, i))
+        .collect();
+    let (colls, c) = (&colls, &c);
+    std::thread::scope(|s| {
+        s.spawn(|| colls.iter().for_each(|&h| p.stop(h))); // user thread stops while the proxy uses them
+        s.spawn(move || {
+            for &coll in colls {
+                let op = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 2, true);
+                (0..2).for_each(|st| p.send_step(c.context, op, 0, st, 1024, 0, Duration::ZERO));
+                p.stop(op);
+            }
+        });
+    });
+    let s = finalize(p, c);
+    assert_eq!(sum_transfers(&s), 400);
+    assert_eq!(s.iter().map(|w| w.stats.unfinished).sum::<u64>(), 0);
+}

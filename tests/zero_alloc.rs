@@ -1,0 +1,87 @@
+//! The hot path allocates nothing: 1,000,000 start/state/stop callbacks through the exported table,
+//! counted by a global allocator that watches only the calling thread.
+
+mod emulator;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use emulator::{H, Plugin, pid, ty};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static WATCHED: Cell<bool> = const { Cell::new(false) };
+}
+
+// SAFETY: forwards every call to `System` unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if WATCHED.with(Cell::get) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if WATCHED.with(Cell::get) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn a_million_hot_path_callbacks_allocate_nothing() {
+    let p = Plugin::in_process();
+    let (c, _) = p.init(Some("alloc"), 0xA110C, 2, 2, 0);
+    // Pre-build the descriptors' strings (the emulator leaks them once per call site otherwise).
+    let coll_descr = |seq| {
+        let mut d = emulator::descr(ty::COLL, H::NULL, 0);
+        // SAFETY: writing the member that matches `type`.
+        unsafe {
+            let k = &mut d.__bindgen_anon_1.coll;
+            k.seqNumber = seq;
+            k.func = c"AllReduce".as_ptr();
+            k.algo = c"RING".as_ptr();
+            k.proto = c"SIMPLE".as_ptr();
+            k.datatype = c"ncclFloat32".as_ptr();
+            k.count = 1 << 20;
+        }
+        d
+    };
+    let mut callbacks = 0u64;
+    WATCHED.with(|w| w.set(true));
+    while callbacks < 1_000_000 {
+        let coll = p.start(c.context, &mut coll_descr(callbacks));
+        p.stop(coll);
+        let op = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 4, true);
+        for s in 0..4 {
+            let step = p.proxy_step(c.context, op, 0, s);
+            p.state(step, ty::SEND_GPU_WAIT, 0);
+            p.state(step, ty::SEND_WAIT, 1 << 18);
+            p.stop(step);
+        }
+        p.stop(op);
+        p.stop(H(0x42 as *mut _)); // stale
+        callbacks += 20;
+    }
+    WATCHED.with(|w| w.set(false));
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "allocations on the hot path");
+    std::thread::sleep(Duration::from_millis(1));
+    p.finalize(c.context);
+}
