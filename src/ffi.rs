@@ -365,3 +365,28 @@ unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
         }
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_caught_counted_and_disables_the_communicator() {
+        clock::init();
+        let meta = CommMeta {
+            hash: 0xBAD,
+            name: "panic".into(),
+            rank: 0,
+            nranks: 2,
+            nnodes: 1,
+        };
+        let id = comm::register(meta, Config::global()).expect("a free slot");
+        let context = Context::new(id, 0xBAD).encode();
+        let before = STATS.panics.get();
+        let rc = guarded(context, || panic!("injected"));
+        assert_eq!(rc, ncclSuccess);
+        assert_eq!(STATS.panics.get(), before + 1);
+        assert!(comm::get(id).is_none(), "the communicator is disabled");
+    }
+}

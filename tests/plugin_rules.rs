@@ -469,3 +469,105 @@ fn two_threads_on_one_communicator() {
     assert_eq!(sum_transfers(&s), 400);
     assert_eq!(s.iter().map(|w| w.stats.unfinished).sum::<u64>(), 0);
 }
+
+/// One scripted window sequence with hand-computed ground truth: a 2-channel ring AllReduce with
+/// several step sizes, a P2P send, a window boundary in the middle of a collective, a ProxyOp
+/// that never stops and a restarted (declined) receive step.
+#[test]
+fn scripted_scenario_matches_ground_truth() {
+    let (p, _) = setup();
+    let c = new_comm(p, 0, 4);
+    let t0 = Instant::now();
+    let ctx = c.context;
+    let sizes: [u64; 6] = [512 << 10, 512 << 10, 256 << 10, 256 << 10, 128 << 10, 64 << 10];
+    // Window A: ring AllReduce of 4 MiB on channels 0 (to rank 1) and 1 (to rank 3).
+    let ar = p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 1 << 20, 2, 0);
+    p.stop(ar);
+    for (channel, peer) in [(0u8, 1), (1, 3)] {
+        let op = p.proxy_op(ctx, ar, pid(), 0, peer, channel, 6, true);
+        for (s, &bytes) in sizes.iter().enumerate() {
+            p.send_step(ctx, op, 0, s as i32, bytes, 2, Duration::from_micros(20));
+        }
+        p.stop(op);
+    }
+    // P2P send of 3 MiB to rank 2 in 3 steps, and its (declined) receive side with a restarted step.
+    let send = p.p2p(&c, H::NULL, "Send", "ncclInt8", 3 << 20, 2);
+    p.stop(send);
+    let recv = p.proxy_op(ctx, H::NULL, pid(), 0, 2, 0, 1, false);
+    for _ in 0..2 {
+        p.stop(p.proxy_step(ctx, recv, 0, 0));
+    }
+    let op = p.proxy_op(ctx, send, pid(), 0, 2, 0, 3, true);
+    (0..3).for_each(|s| p.send_step(ctx, op, 0, s, 1 << 20, 0, Duration::from_micros(20)));
+    p.stop(op);
+    // A ReduceScatter whose op never stops (its steps complete).
+    let rs = p.coll(&c, H::NULL, "ReduceScatter", "RING", "LL", "ncclBfloat16", 1024, 1, 0);
+    p.stop(rs);
+    let stuck = p.proxy_op(ctx, rs, pid(), 0, 1, 0, 1, true);
+    p.send_step(ctx, stuck, 0, 0, 2048, 0, Duration::ZERO);
+    // A Broadcast starts in A; its proxy op comes only after A was processed (window boundary).
+    let bc = p.coll(&c, H::NULL, "Broadcast", "RING", "SIMPLE", "ncclInt8", 1 << 16, 1, 0);
+    p.stop(bc);
+
+    assert!(poll(c.hash, t0 + INTERVAL).is_empty(), "time trigger: A is CLOSING");
+    let a = poll(c.hash, t0 + 2 * INTERVAL + SETTLE);
+    assert_eq!(a.len(), 1, "grace period over (the stuck op keeps A open)");
+    let a = &a[0];
+    let late = p.proxy_op(ctx, bc, pid(), 0, 1, 0, 1, true);
+    p.send_step(ctx, late, 0, 0, 1 << 16, 0, Duration::from_micros(20));
+    p.stop(late);
+    let b = finalize(p, &c);
+
+    // Window A.
+    assert_eq!(a.colls.len(), 3);
+    let group = |k: Func| a.colls.iter().find(|g| g.key.func == k).unwrap();
+    let ar = group(Func::AllReduce);
+    assert_eq!(
+        (ar.key.algo, ar.key.proto, ar.key.datatype),
+        (Algo::Ring, Proto::Simple, Datatype::Float32)
+    );
+    assert_eq!(ar.ops.len(), 1);
+    assert_eq!((ar.ops[0].bytes, ar.ops[0].transfers), (4 << 20, 12));
+    let d = ar.ops[0].duration.expect("all ops stopped");
+    assert!(d >= 12.0 * 20e-6, "duration covers the 12 transfers: {d}");
+    let mut got: Vec<u64> = ar.transfers.iter().map(|t| t.bytes).collect();
+    let mut want: Vec<u64> = sizes.iter().chain(&sizes).copied().collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert!(ar.transfers.iter().all(|t| t.secs >= 20e-6));
+    let rs = group(Func::ReduceScatter);
+    assert_eq!(
+        (rs.ops[0].bytes, rs.ops[0].duration, rs.ops[0].transfers),
+        (2048, None, 1)
+    );
+    let bc = group(Func::Broadcast);
+    assert_eq!(
+        (bc.ops[0].bytes, bc.ops[0].duration, bc.ops[0].transfers),
+        (1 << 16, None, 0)
+    );
+    assert_eq!(a.p2ps.len(), 1);
+    let send = &a.p2ps[0];
+    assert_eq!((send.peer, send.ops[0].bytes, send.ops[0].transfers), (2, 3 << 20, 3));
+    assert!(send.ops[0].duration.unwrap() >= 3.0 * 20e-6);
+    let link = |s: &WindowSummary, peer: i32| {
+        s.links
+            .iter()
+            .find(|l| l.rank == 0 && l.peer == peer)
+            .map(|l| (l.bytes, l.samples.len()))
+    };
+    let ring_bytes: u64 = sizes.iter().sum();
+    assert_eq!(link(a, 1), Some((ring_bytes + 2048, 7)));
+    assert_eq!(link(a, 3), Some((ring_bytes, 6)));
+    assert_eq!(link(a, 2), Some((3 << 20, 3)));
+    let channel = |s: &WindowSummary, ch: u8| s.channels.iter().find(|g| g.channel == ch).map(|g| g.transfers.len());
+    assert_eq!((channel(a, 0), channel(a, 1)), (Some(6 + 3 + 1), Some(6)));
+    assert!(a.stats.forced);
+    assert_eq!((a.stats.unfinished, a.stats.orphans), (1, 0), "only the stuck op");
+    // Window B: the Broadcast's late op is an orphan that still counts for its link.
+    let b: Vec<_> = b.into_iter().filter(|w| w.stats.records > 0).collect();
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].stats.orphans, 1);
+    assert!(b[0].colls.is_empty());
+    assert_eq!(link(&b[0], 1), Some((1 << 16, 1)));
+}
