@@ -146,8 +146,10 @@ pub struct WindowStats {
     pub unfinished: u64,
     /// ProxyOps, ProxySteps and KernelCh whose parent is not in this window.
     pub orphans: u64,
-    /// The window was closed before it was full (flush, shutdown).
+    /// The window was processed with events still open (grace period over, or `finalize`).
     pub forced: bool,
+    /// Some children could not join this window (it was full): durations here are withheld.
+    pub spilled: bool,
 }
 
 /// Everything one window says, ready for export.
@@ -165,6 +167,20 @@ pub struct WindowSummary {
     pub channels: Vec<ChannelGroup>,
     /// Bookkeeping.
     pub stats: WindowStats,
+}
+
+impl WindowSummary {
+    /// Marks the window as spilled: some ProxyOps or KernelCh of its operations were recorded
+    /// elsewhere, so every duration here could be too short and is reported as unknown.
+    pub fn mark_spilled(&mut self) {
+        self.stats.spilled = true;
+        let ops = self
+            .colls
+            .iter_mut()
+            .flat_map(|g| &mut g.ops)
+            .chain(self.p2ps.iter_mut().flat_map(|g| &mut g.ops));
+        ops.for_each(|o| o.duration = None);
+    }
 }
 
 /// Links and summarises the records of one sealed window; `records[i]` is slot `i`, fillers have
@@ -243,6 +259,8 @@ struct Root {
     open_ops: bool,
     last_stop: u64,
     kernels: u32,
+    /// KernelCh a collective gets (one per channel); 0 when unknown (P2p).
+    channels: u32,
     open_kernels: bool,
     gpu_start: u64,
     gpu_stop: u64,
@@ -368,11 +386,12 @@ impl<'a> Pass<'a> {
                             datatype: c.datatype,
                         };
                         let group = GroupIx::Coll(self.coll_group(key));
-                        self.add_root(i, rec.ts, group, c.count.saturating_mul(c.datatype.size()));
+                        let bytes = c.count.saturating_mul(c.datatype.size());
+                        self.add_root(i, rec.ts, group, bytes, u32::from(c.n_channels));
                     }
                     Body::P2p(p) => {
                         let group = GroupIx::P2p(self.p2p_group(p.peer, p.datatype));
-                        self.add_root(i, rec.ts, group, p.count.saturating_mul(p.datatype.size()));
+                        self.add_root(i, rec.ts, group, p.count.saturating_mul(p.datatype.size()), 0);
                     }
                     Body::ProxyStep { .. } => self.steps.push(ix(i)),
                     _ => self.children.push(ix(i)),
@@ -409,7 +428,7 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn add_root(&mut self, slot: usize, start: u64, group: GroupIx, bytes: u64) {
+    fn add_root(&mut self, slot: usize, start: u64, group: GroupIx, bytes: u64, channels: u32) {
         self.slots[slot].root = ix(self.roots.len());
         self.roots.push(Root {
             group,
@@ -419,6 +438,7 @@ impl<'a> Pass<'a> {
             open_ops: false,
             last_stop: 0,
             kernels: 0,
+            channels,
             open_kernels: false,
             gpu_start: u64::MAX,
             gpu_stop: 0,
@@ -608,7 +628,7 @@ impl<'a> Pass<'a> {
             let duration = if root.ops > 0 {
                 let ticks = root.last_stop.checked_sub(root.start).filter(|_| !root.open_ops);
                 ticks.map(|t| t as f64 * self.secs_per_tick)
-            } else if root.kernels > 0 && !root.open_kernels {
+            } else if root.kernels > 0 && root.kernels >= root.channels && !root.open_kernels {
                 root.gpu_stop.checked_sub(root.gpu_start).map(|ns| ns as f64 / 1e9)
             } else {
                 None
@@ -797,7 +817,7 @@ mod tests {
             records,
             unfinished,
             orphans,
-            forced: false,
+            ..WindowStats::default()
         }
     }
 

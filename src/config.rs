@@ -9,6 +9,10 @@
 //! (`VAR=` in a launcher script means "not set"). A value that does not parse or is out of range
 //! gives the default and exactly one warning naming the variable, the value and the default used.
 //! Nothing here panics. The table for operators is `docs/configuration.md`.
+//!
+//! Export settings fall back to the standard OpenTelemetry variables ([`STANDARD`]) when ours are
+//! unset: each level's default is what the lower-priority levels resolved to, so a bad value warns
+//! once and leaves the rest of the chain in force. Header values are secrets: never logged.
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
@@ -33,8 +37,22 @@ pub const WINDOW_CAPACITY: &str = "NCCL_PROFILER_OTEL_WINDOW_CAPACITY";
 /// Records in a window that make the telemetry thread close it early.
 pub const WINDOW_COUNT_TRIGGER: &str = "NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER";
 
-/// Every variable read by [`Config::from_lookup`], in the order [`Config::describe`] prints them.
-pub const ALL: [&str; 7] = [
+/// Where metrics go: `otlp`, `file`, `stdout` or `none`.
+pub const EXPORTER: &str = "NCCL_PROFILER_OTEL_EXPORTER";
+/// OTLP endpoint URL; for HTTP, `/v1/metrics` is appended unless the path already ends with it.
+pub const TELEMETRY_ENDPOINT: &str = "NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT";
+/// Timeout of one export request, milliseconds.
+pub const TELEMETRY_BATCH_TIMEOUT_MS: &str = "NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS";
+/// Path pattern of the `file` exporter (`%h` host, `%p` pid, `%%` a percent sign).
+pub const EXPORT_FILE: &str = "NCCL_PROFILER_OTEL_EXPORT_FILE";
+/// Export requests waiting for the exporter thread; the oldest is dropped beyond this.
+pub const EXPORT_QUEUE: &str = "NCCL_PROFILER_OTEL_EXPORT_QUEUE";
+/// Attribute sets kept per instrument before measurements go to the overflow series.
+pub const CARDINALITY_LIMIT: &str = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT";
+
+/// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order [`Config::describe`]
+/// prints them.
+pub const ALL: [&str; 13] = [
     ENABLE,
     TELEMETRY_ENABLE,
     TELEMETRY_INTERVAL_SEC,
@@ -42,7 +60,70 @@ pub const ALL: [&str; 7] = [
     EVENT_MASK,
     WINDOW_CAPACITY,
     WINDOW_COUNT_TRIGGER,
+    EXPORTER,
+    TELEMETRY_ENDPOINT,
+    TELEMETRY_BATCH_TIMEOUT_MS,
+    EXPORT_FILE,
+    EXPORT_QUEUE,
+    CARDINALITY_LIMIT,
 ];
+
+/// Standard OpenTelemetry variables, used when ours leave the setting open.
+pub mod otel {
+    /// Base URL for every signal; `/v1/metrics` is appended for HTTP.
+    pub const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    /// Metrics URL, used as is.
+    pub const METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+    /// `k=v,k2=v2` request headers (values percent-decoded).
+    pub const HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+    /// Metrics request headers; a key here replaces the same key of [`HEADERS`].
+    pub const METRICS_HEADERS: &str = "OTEL_EXPORTER_OTLP_METRICS_HEADERS";
+    /// Export timeout, milliseconds.
+    pub const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+    /// Metrics export timeout, milliseconds.
+    pub const METRICS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT";
+    /// `http/protobuf`, `http/json` or `grpc`.
+    pub const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+    /// Metrics protocol.
+    pub const METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
+    /// `cumulative`, `delta` or `lowmemory`.
+    pub const TEMPORALITY: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+    /// `k=v,k2=v2` resource attributes (values percent-decoded).
+    pub const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+    /// `service.name`.
+    pub const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+}
+
+/// Every standard variable read by [`Config::from_lookup`].
+pub const STANDARD: [&str; 11] = [
+    otel::ENDPOINT,
+    otel::METRICS_ENDPOINT,
+    otel::HEADERS,
+    otel::METRICS_HEADERS,
+    otel::TIMEOUT,
+    otel::METRICS_TIMEOUT,
+    otel::PROTOCOL,
+    otel::METRICS_PROTOCOL,
+    otel::TEMPORALITY,
+    otel::RESOURCE_ATTRIBUTES,
+    otel::SERVICE_NAME,
+];
+
+/// Launcher variables that become resource attributes when set: (variable, attribute).
+pub const LAUNCHER: [(&str, &str); 7] = [
+    ("SLURM_JOB_ID", "slurm.job.id"),
+    ("SLURM_PROCID", "slurm.procid"),
+    ("RANK", "job.rank"),
+    ("LOCAL_RANK", "job.local_rank"),
+    ("WORLD_SIZE", "job.world_size"),
+    ("POD_NAME", "k8s.pod.name"),
+    ("POD_NAMESPACE", "k8s.namespace.name"),
+];
+
+/// `service.name` when neither [`otel::SERVICE_NAME`] nor [`otel::RESOURCE_ATTRIBUTES`] sets it.
+pub const DEFAULT_SERVICE_NAME: &str = "nccl";
+/// Default of [`EXPORT_FILE`]: in the working directory, one file per process.
+pub const DEFAULT_EXPORT_FILE: &str = "nccl-otel-%h-%p.jsonl";
 
 /// Highest event bit NCCL defines (CeBatch, spec 2.2); masks with higher bits are rejected.
 const MAX_EVENT_BIT: u32 = 14;
@@ -64,6 +145,74 @@ pub struct Config {
     pub capacity: u32,
     /// [`WINDOW_COUNT_TRIGGER`], default min(50000, capacity/2), valid 1..=capacity.
     pub count_trigger: u32,
+    /// Export settings.
+    pub export: Export,
+}
+
+/// Where metrics go ([`EXPORTER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exporter {
+    /// OTLP to a collector.
+    Otlp,
+    /// OTLP-JSON lines to a file per process.
+    File,
+    /// OTLP-JSON lines to standard output.
+    Stdout,
+    /// Nowhere: windows are still processed and recycled.
+    None,
+}
+
+/// OTLP transport ([`otel::PROTOCOL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http/protobuf`.
+    HttpProtobuf,
+    /// `http/json`.
+    HttpJson,
+    /// `grpc` (cargo feature `grpc`).
+    Grpc,
+}
+
+/// Aggregation temporality preference ([`otel::TEMPORALITY`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Temporality {
+    /// Counters and histograms report totals since the start.
+    Cumulative,
+    /// Counters, histograms (and up-down counters) report the change since the last export.
+    Delta,
+    /// Counters and histograms delta, the rest cumulative.
+    LowMemory,
+}
+
+/// Export settings, each resolved from our variable, then the standard ones, then the default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Export {
+    /// [`EXPORTER`], default [`Exporter::Otlp`].
+    pub exporter: Exporter,
+    /// [`otel::METRICS_PROTOCOL`], [`otel::PROTOCOL`], default [`Protocol::HttpProtobuf`].
+    pub protocol: Protocol,
+    /// The URL requests go to: [`TELEMETRY_ENDPOINT`], [`otel::METRICS_ENDPOINT`],
+    /// [`otel::ENDPOINT`], default `http://localhost:4318/v1/metrics` (gRPC `http://localhost:4317`).
+    pub endpoint: String,
+    /// [`TELEMETRY_BATCH_TIMEOUT_MS`], [`otel::METRICS_TIMEOUT`], [`otel::TIMEOUT`], default 3 s,
+    /// valid 1..=60000 ms.
+    pub timeout: Duration,
+    /// [`otel::HEADERS`] overlaid with [`otel::METRICS_HEADERS`], sorted by key.
+    pub headers: Vec<(String, String)>,
+    /// [`otel::TEMPORALITY`], default [`Temporality::Cumulative`].
+    pub temporality: Temporality,
+    /// [`EXPORT_FILE`], default [`DEFAULT_EXPORT_FILE`].
+    pub file: String,
+    /// [`EXPORT_QUEUE`], default 8, valid 1..=1024.
+    pub queue: u32,
+    /// [`CARDINALITY_LIMIT`], default 2000, valid 1..=1000000.
+    pub cardinality_limit: u32,
+    /// [`otel::SERVICE_NAME`], else `service.name` of [`otel::RESOURCE_ATTRIBUTES`], else
+    /// [`DEFAULT_SERVICE_NAME`].
+    pub service_name: String,
+    /// Launcher identity ([`LAUNCHER`]) overlaid with [`otel::RESOURCE_ATTRIBUTES`] (without
+    /// `service.name`), sorted by key.
+    pub resource: Vec<(String, String)>,
 }
 
 impl Default for Config {
@@ -120,6 +269,7 @@ impl Config {
             |s| parse_u32_in(s, 1..=capacity),
             show_u32,
         );
+        let export = r.export();
         let config = Config {
             enable,
             telemetry_enable,
@@ -128,6 +278,7 @@ impl Config {
             event_mask,
             capacity,
             count_trigger,
+            export,
         };
         (config, r.warnings)
     }
@@ -159,10 +310,12 @@ impl Config {
         })
     }
 
-    /// One line with the plugin version and every variable's effective value, in the syntax the
-    /// variable accepts; logged at `init` on rank 0.
+    /// One line with the plugin version and the effective value of every variable in [`ALL`],
+    /// then of the protocol, temporality and service name, in the syntax each variable accepts;
+    /// logged at `init` on rank 0. Headers are never shown (they carry credentials).
     #[must_use]
     pub fn describe(&self) -> String {
+        let e = &self.export;
         let values = [
             show_bool(self.enable),
             show_bool(self.telemetry_enable),
@@ -171,9 +324,20 @@ impl Config {
             show_mask(self.event_mask),
             show_u32(self.capacity),
             show_u32(self.count_trigger),
+            show_exporter(e.exporter),
+            e.endpoint.clone(),
+            show_millis(e.timeout),
+            e.file.clone(),
+            show_u32(e.queue),
+            show_u32(e.cardinality_limit),
         ];
         let mut line = format!("nccl-profiler-otel {}:", env!("CARGO_PKG_VERSION"));
-        for (name, value) in ALL.iter().zip(values) {
+        let standard = [
+            (otel::METRICS_PROTOCOL, show_protocol(e.protocol)),
+            (otel::TEMPORALITY, show_temporality(e.temporality)),
+            (otel::SERVICE_NAME, e.service_name.clone()),
+        ];
+        for (name, value) in ALL.iter().copied().zip(values).chain(standard) {
             let _ = write!(line, " {name}={value}"); // a String never fails
         }
         line
@@ -210,6 +374,172 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
                 .push(format!("{name}='{value}' is not {valid}; using default {shown}"));
             default
         })
+    }
+
+    /// [`Reader::read`] for non-`Copy` values.
+    fn read_owned<T>(
+        &mut self,
+        name: &str,
+        default: T,
+        valid: &str,
+        parse: impl Fn(&str) -> Option<T>,
+        show: impl Fn(&T) -> String,
+    ) -> T {
+        let Some(raw) = (self.lookup)(name) else {
+            return default;
+        };
+        let value = raw.trim();
+        if value.is_empty() {
+            return default;
+        }
+        parse(value).unwrap_or_else(|| {
+            let shown = show(&default);
+            self.warnings
+                .push(format!("{name}='{value}' is not {valid}; using default {shown}"));
+            default
+        })
+    }
+
+    /// A `k=v,…` list; a bad one warns without echoing the value (headers carry credentials)
+    /// and gives the empty list.
+    fn read_pairs(&mut self, name: &str, secret: bool) -> Vec<(String, String)> {
+        let Some(raw) = (self.lookup)(name) else {
+            return Vec::new();
+        };
+        let value = raw.trim();
+        if value.is_empty() {
+            return Vec::new();
+        }
+        parse_pairs(value).unwrap_or_else(|| {
+            let shown = if secret {
+                format!("<{} bytes, not shown>", value.len())
+            } else {
+                format!("'{value}'")
+            };
+            self.warnings.push(format!(
+                "{name}={shown} is not a comma-separated list of key=value pairs (values \
+                 percent-encoded); ignoring it"
+            ));
+            Vec::new()
+        })
+    }
+
+    /// Every export setting.
+    fn export(&mut self) -> Export {
+        let exporter = self.read(
+            EXPORTER,
+            Exporter::Otlp,
+            "otlp, file, stdout or none",
+            parse_exporter,
+            show_exporter,
+        );
+        let protocols = if cfg!(feature = "grpc") {
+            "http/protobuf, http/json or grpc"
+        } else {
+            "http/protobuf or http/json (grpc needs the cargo feature grpc)"
+        };
+        let protocol = self.read(
+            otel::PROTOCOL,
+            Protocol::HttpProtobuf,
+            protocols,
+            parse_protocol,
+            show_protocol,
+        );
+        let protocol = self.read(
+            otel::METRICS_PROTOCOL,
+            protocol,
+            protocols,
+            parse_protocol,
+            show_protocol,
+        );
+
+        let urls = if cfg!(feature = "tls") {
+            "an http:// or https:// URL"
+        } else {
+            "an http:// URL (https needs the cargo feature tls)"
+        };
+        let endpoint = match protocol {
+            Protocol::Grpc => "http://localhost:4317".to_owned(),
+            Protocol::HttpProtobuf | Protocol::HttpJson => "http://localhost:4318/v1/metrics".to_owned(),
+        };
+        let base = |s: &str| parse_endpoint(s, protocol);
+        let endpoint = self.read_owned(otel::ENDPOINT, endpoint, urls, base, Clone::clone);
+        let exact = |s: &str| parse_endpoint(s, Protocol::Grpc);
+        let endpoint = self.read_owned(otel::METRICS_ENDPOINT, endpoint, urls, exact, Clone::clone);
+        let endpoint = self.read_owned(TELEMETRY_ENDPOINT, endpoint, urls, base, Clone::clone);
+
+        let millis = "an integer number of milliseconds in 1..=60000";
+        let timeout = Duration::from_millis(3000);
+        let timeout = self.read(otel::TIMEOUT, timeout, millis, parse_millis, show_millis);
+        let timeout = self.read(otel::METRICS_TIMEOUT, timeout, millis, parse_millis, show_millis);
+        let timeout = self.read(TELEMETRY_BATCH_TIMEOUT_MS, timeout, millis, parse_millis, show_millis);
+
+        let headers = overlay(
+            self.read_pairs(otel::HEADERS, true),
+            self.read_pairs(otel::METRICS_HEADERS, true),
+        );
+        let temporality = self.read(
+            otel::TEMPORALITY,
+            Temporality::Cumulative,
+            "cumulative, delta or lowmemory",
+            parse_temporality,
+            show_temporality,
+        );
+        let file = self.read_owned(
+            EXPORT_FILE,
+            DEFAULT_EXPORT_FILE.to_owned(),
+            "a path whose only % sequences are %h, %p and %%",
+            parse_file_pattern,
+            Clone::clone,
+        );
+        let queue = self.read(
+            EXPORT_QUEUE,
+            8,
+            "an integer in 1..=1024",
+            |s| parse_u32_in(s, 1..=1024),
+            show_u32,
+        );
+        let cardinality_limit = self.read(
+            CARDINALITY_LIMIT,
+            2000,
+            "an integer in 1..=1000000",
+            |s| parse_u32_in(s, 1..=1_000_000),
+            show_u32,
+        );
+
+        let launcher: Vec<(String, String)> = LAUNCHER
+            .iter()
+            .filter_map(|(var, key)| {
+                let value = (self.lookup)(var)?;
+                let value = value.trim();
+                (!value.is_empty()).then(|| ((*key).to_owned(), value.to_owned()))
+            })
+            .collect();
+        let mut resource = overlay(launcher, self.read_pairs(otel::RESOURCE_ATTRIBUTES, false));
+        let from_resource = resource
+            .iter()
+            .position(|(k, _)| k == "service.name")
+            .map(|i| resource.remove(i).1);
+        let service_name = self.read_owned(
+            otel::SERVICE_NAME,
+            from_resource.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()),
+            "a service name",
+            |s| Some(s.to_owned()),
+            Clone::clone,
+        );
+        Export {
+            exporter,
+            protocol,
+            endpoint,
+            timeout,
+            headers,
+            temporality,
+            file,
+            queue,
+            cardinality_limit,
+            service_name,
+            resource,
+        }
     }
 }
 
@@ -252,6 +582,171 @@ fn parse_event_mask(s: &str) -> Option<i32> {
         return None;
     }
     i32::try_from(mask).ok()
+}
+
+fn parse_exporter(s: &str) -> Option<Exporter> {
+    match s.to_ascii_lowercase().as_str() {
+        "otlp" => Some(Exporter::Otlp),
+        "file" => Some(Exporter::File),
+        "stdout" => Some(Exporter::Stdout),
+        "none" => Some(Exporter::None),
+        _ => None,
+    }
+}
+
+fn parse_protocol(s: &str) -> Option<Protocol> {
+    match s.to_ascii_lowercase().as_str() {
+        "http/protobuf" => Some(Protocol::HttpProtobuf),
+        "http/json" => Some(Protocol::HttpJson),
+        "grpc" if cfg!(feature = "grpc") => Some(Protocol::Grpc),
+        _ => None,
+    }
+}
+
+fn parse_temporality(s: &str) -> Option<Temporality> {
+    match s.to_ascii_lowercase().as_str() {
+        "cumulative" => Some(Temporality::Cumulative),
+        "delta" => Some(Temporality::Delta),
+        "lowmemory" => Some(Temporality::LowMemory),
+        _ => None,
+    }
+}
+
+/// Whole milliseconds in 1..=60000.
+fn parse_millis(s: &str) -> Option<Duration> {
+    let ms = parse_uint(s)?;
+    (1..=60_000).contains(&ms).then(|| Duration::from_millis(ms))
+}
+
+/// An `http://` (or, with TLS, `https://`) URL with a host and an optional numeric port; for
+/// HTTP protocols, the path gets `/v1/metrics` unless it already ends with it. gRPC URLs are taken
+/// as they are.
+fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://").filter(|_| cfg!(feature = "tls")))?;
+    if s.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let port = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            if host.is_empty() {
+                return None;
+            }
+            match after {
+                "" => None,
+                p => Some(p.strip_prefix(':')?),
+            }
+        }
+        None => {
+            let (host, port) = match authority.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            };
+            if host.is_empty() || host.contains(['@', '[', ']']) {
+                return None;
+            }
+            port
+        }
+    };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.parse::<u16>().is_err()) {
+        return None;
+    }
+    Some(match protocol {
+        Protocol::Grpc => s.to_owned(),
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
+            let trimmed = s.trim_end_matches('/');
+            if trimmed.ends_with("/v1/metrics") {
+                trimmed.to_owned()
+            } else {
+                format!("{trimmed}/v1/metrics")
+            }
+        }
+    })
+}
+
+/// A path pattern whose `%` sequences are `%h`, `%p` or `%%`.
+fn parse_file_pattern(s: &str) -> Option<String> {
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' && !matches!(chars.next(), Some('h' | 'p' | '%')) {
+            return None;
+        }
+    }
+    (!s.contains('\0')).then(|| s.to_owned())
+}
+
+/// `k=v,k2=v2`: keys trimmed and non-empty, values trimmed and percent-decoded; empty entries
+/// (`a=1,,b=2`, a trailing comma) are skipped.
+fn parse_pairs(s: &str) -> Option<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (key, value) = entry.split_once('=')?;
+        let key = key.trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return None;
+        }
+        pairs.push((key.to_owned(), percent_decode(value.trim())?));
+    }
+    Some(overlay(Vec::new(), pairs))
+}
+
+/// `%XX` escapes decoded; `None` for a bad escape or invalid UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `base` with every key of `top` set to top's value (later duplicates in `top` win); sorted by key.
+fn overlay(base: Vec<(String, String)>, top: Vec<(String, String)>) -> Vec<(String, String)> {
+    let map: std::collections::BTreeMap<String, String> = base.into_iter().chain(top).collect();
+    map.into_iter().collect()
+}
+
+fn show_exporter(value: Exporter) -> String {
+    match value {
+        Exporter::Otlp => "otlp",
+        Exporter::File => "file",
+        Exporter::Stdout => "stdout",
+        Exporter::None => "none",
+    }
+    .to_owned()
+}
+
+fn show_protocol(value: Protocol) -> String {
+    match value {
+        Protocol::HttpProtobuf => "http/protobuf",
+        Protocol::HttpJson => "http/json",
+        Protocol::Grpc => "grpc",
+    }
+    .to_owned()
+}
+
+fn show_temporality(value: Temporality) -> String {
+    match value {
+        Temporality::Cumulative => "cumulative",
+        Temporality::Delta => "delta",
+        Temporality::LowMemory => "lowmemory",
+    }
+    .to_owned()
+}
+
+fn show_millis(value: Duration) -> String {
+    value.as_millis().to_string()
 }
 
 fn show_bool(value: bool) -> String {
@@ -306,6 +801,19 @@ mod tests {
                 event_mask: 0x1E,
                 capacity: 100_000,
                 count_trigger: 50_000,
+                export: Export {
+                    exporter: Exporter::Otlp,
+                    protocol: Protocol::HttpProtobuf,
+                    endpoint: "http://localhost:4318/v1/metrics".into(),
+                    timeout: Duration::from_millis(3000),
+                    headers: vec![],
+                    temporality: Temporality::Cumulative,
+                    file: "nccl-otel-%h-%p.jsonl".into(),
+                    queue: 8,
+                    cardinality_limit: 2000,
+                    service_name: "nccl".into(),
+                    resource: vec![],
+                },
             }
         );
     }
@@ -467,12 +975,13 @@ mod tests {
 
     #[test]
     fn one_warning_per_bad_variable() {
-        let vars: Vec<(&str, &str)> = ALL.iter().map(|name| (*name, "bogus")).collect();
+        let vars: Vec<(&str, &str)> = ALL.iter().map(|name| (*name, "%bogus")).collect();
         let (config, warnings) = load(&vars);
         assert_eq!(config, Config::default());
         assert_eq!(warnings.len(), ALL.len());
-        for (name, warning) in ALL.iter().zip(&warnings) {
-            assert!(warning.starts_with(&format!("{name}='bogus' is not ")), "{warning}");
+        for name in ALL {
+            let prefix = format!("{name}='%bogus' is not ");
+            assert!(warnings.iter().any(|w| w.starts_with(&prefix)), "{name}: {warnings:?}");
         }
     }
 
@@ -484,6 +993,15 @@ mod tests {
             (LINEAR_REGRESSION_MODE, "MIN"),
             (EVENT_MASK, "0x65e"),
             (WINDOW_CAPACITY, "4096"),
+            (EXPORTER, "file"),
+            (otel::ENDPOINT, "http://collector:4318/"),
+            (otel::TIMEOUT, "250"),
+            (EXPORT_FILE, "/tmp/x-%h-%p-%%.jsonl"),
+            (EXPORT_QUEUE, "3"),
+            (CARDINALITY_LIMIT, "16"),
+            (otel::PROTOCOL, "http/json"),
+            (otel::TEMPORALITY, "delta"),
+            (otel::RESOURCE_ATTRIBUTES, "service.name=trainer"),
         ]);
         let line = config.describe();
         assert!(
@@ -493,8 +1011,187 @@ mod tests {
         assert!(line.contains(" NCCL_PROFILE_EVENT_MASK=0x65e "), "{line}");
         let (_, pairs) = line.split_once(": ").unwrap();
         let vars: Vec<(&str, &str)> = pairs.split(' ').map(|pair| pair.split_once('=').unwrap()).collect();
-        assert_eq!(vars.len(), ALL.len());
+        assert_eq!(vars.len(), ALL.len() + 3);
+        assert!(line.contains(" NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT=http://collector:4318/v1/metrics "));
+        assert!(line.ends_with(" OTEL_SERVICE_NAME=trainer"), "{line}");
         assert_eq!(load(&vars), (config, Vec::new()));
+    }
+
+    #[test]
+    fn exporter_and_queue_and_limit() {
+        for (value, expected) in [
+            ("otlp", Exporter::Otlp),
+            ("FILE", Exporter::File),
+            ("stdout", Exporter::Stdout),
+            (" none ", Exporter::None),
+        ] {
+            let (config, warnings) = load(&[(EXPORTER, value)]);
+            assert!(warnings.is_empty());
+            assert_eq!(config.export.exporter, expected);
+        }
+        for value in ["otel", "json", "0"] {
+            assert_rejected(EXPORTER, value, "otlp");
+        }
+        for value in ["0", "1025", "-1", "x"] {
+            assert_rejected(EXPORT_QUEUE, value, "8");
+        }
+        for value in ["0", "1000001", "1e3"] {
+            assert_rejected(CARDINALITY_LIMIT, value, "2000");
+        }
+        let (config, _) = load(&[(EXPORT_QUEUE, "1"), (CARDINALITY_LIMIT, "0x10")]);
+        assert_eq!((config.export.queue, config.export.cardinality_limit), (1, 16));
+    }
+
+    #[test]
+    fn endpoint_resolution_order() {
+        let endpoint = |vars: &[(&str, &str)]| load(vars).0.export.endpoint;
+        assert_eq!(endpoint(&[]), "http://localhost:4318/v1/metrics");
+        assert_eq!(endpoint(&[(otel::ENDPOINT, "http://c:1")]), "http://c:1/v1/metrics");
+        assert_eq!(
+            endpoint(&[(otel::ENDPOINT, "http://c:1/base/")]),
+            "http://c:1/base/v1/metrics"
+        );
+        assert_eq!(
+            endpoint(&[
+                (otel::ENDPOINT, "http://c:1"),
+                (otel::METRICS_ENDPOINT, "http://m:2/custom")
+            ]),
+            "http://m:2/custom"
+        );
+        assert_eq!(
+            endpoint(&[
+                (otel::METRICS_ENDPOINT, "http://m:2/custom"),
+                (TELEMETRY_ENDPOINT, "http://127.0.0.1:9")
+            ]),
+            "http://127.0.0.1:9/v1/metrics"
+        );
+        assert_eq!(
+            endpoint(&[(TELEMETRY_ENDPOINT, "http://[::1]:4318/v1/metrics")]),
+            "http://[::1]:4318/v1/metrics"
+        );
+        // A bad value of ours keeps what the standard variables say.
+        let (config, warnings) = load(&[(otel::ENDPOINT, "http://c:1"), (TELEMETRY_ENDPOINT, "c:1")]);
+        assert_eq!(config.export.endpoint, "http://c:1/v1/metrics");
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].ends_with("using default http://c:1/v1/metrics"),
+            "{warnings:?}"
+        );
+        for value in [
+            "localhost:4318",
+            "ftp://x",
+            "http://",
+            "http://:80",
+            "http://h:x",
+            "http://h:99999",
+            "http://a b",
+        ] {
+            assert_rejected(TELEMETRY_ENDPOINT, value, "http://localhost:4318/v1/metrics");
+        }
+        if !cfg!(feature = "tls") {
+            assert_rejected(TELEMETRY_ENDPOINT, "https://c:4318", "http://localhost:4318/v1/metrics");
+        }
+    }
+
+    #[test]
+    fn protocol_timeout_and_temporality() {
+        let (config, warnings) = load(&[(otel::PROTOCOL, "http/json"), (otel::TIMEOUT, "100")]);
+        assert!(warnings.is_empty());
+        assert_eq!(config.export.protocol, Protocol::HttpJson);
+        assert_eq!(config.export.timeout, Duration::from_millis(100));
+        let (config, _) = load(&[
+            (otel::PROTOCOL, "http/json"),
+            (otel::METRICS_PROTOCOL, "http/protobuf"),
+            (otel::TIMEOUT, "100"),
+            (otel::METRICS_TIMEOUT, "200"),
+        ]);
+        assert_eq!(config.export.protocol, Protocol::HttpProtobuf);
+        assert_eq!(config.export.timeout, Duration::from_millis(200));
+        let (config, _) = load(&[(otel::METRICS_TIMEOUT, "200"), (TELEMETRY_BATCH_TIMEOUT_MS, "50")]);
+        assert_eq!(config.export.timeout, Duration::from_millis(50));
+        for value in ["0", "60001", "1.5", "abc"] {
+            assert_rejected(TELEMETRY_BATCH_TIMEOUT_MS, value, "3000");
+        }
+        assert_rejected(otel::PROTOCOL, "http", "http/protobuf");
+        let grpc = load(&[(otel::PROTOCOL, "grpc")]);
+        if cfg!(feature = "grpc") {
+            assert_eq!(grpc.0.export.protocol, Protocol::Grpc);
+            assert_eq!(grpc.0.export.endpoint, "http://localhost:4317");
+            let (config, _) = load(&[(otel::PROTOCOL, "grpc"), (TELEMETRY_ENDPOINT, "http://c:4317")]);
+            assert_eq!(config.export.endpoint, "http://c:4317");
+        } else {
+            assert_eq!(grpc.1.len(), 1, "{:?}", grpc.1);
+        }
+        for (value, expected) in [
+            ("cumulative", Temporality::Cumulative),
+            ("Delta", Temporality::Delta),
+            ("LOWMEMORY", Temporality::LowMemory),
+        ] {
+            assert_eq!(load(&[(otel::TEMPORALITY, value)]).0.export.temporality, expected);
+        }
+        assert_rejected(otel::TEMPORALITY, "deltas", "cumulative");
+    }
+
+    #[test]
+    fn headers_overlay_and_stay_secret() {
+        let (config, warnings) = load(&[
+            (otel::HEADERS, "authorization=Bearer%20abc, x-a = 1 ,"),
+            (otel::METRICS_HEADERS, "x-a=2"),
+        ]);
+        assert!(warnings.is_empty());
+        assert_eq!(
+            config.export.headers,
+            [
+                ("authorization".into(), "Bearer abc".into()),
+                ("x-a".into(), "2".into())
+            ]
+        );
+        assert!(!config.describe().contains("abc"));
+        let (config, warnings) = load(&[(otel::HEADERS, "secret-token-without-key")]);
+        assert!(config.export.headers.is_empty());
+        assert_eq!(warnings.len(), 1);
+        assert!(!warnings[0].contains("secret"), "{warnings:?}");
+        assert_eq!(load(&[(otel::HEADERS, "a=%zz")]).1.len(), 1);
+    }
+
+    #[test]
+    fn resource_and_service_name() {
+        let (config, warnings) = load(&[
+            ("SLURM_JOB_ID", "4242"),
+            ("RANK", " 3 "),
+            ("POD_NAME", ""),
+            (
+                otel::RESOURCE_ATTRIBUTES,
+                "team=ml,service.name=from-resource,job.rank=7",
+            ),
+        ]);
+        assert!(warnings.is_empty());
+        assert_eq!(config.export.service_name, "from-resource");
+        assert_eq!(
+            config.export.resource,
+            [
+                ("job.rank".into(), "7".into()),
+                ("slurm.job.id".into(), "4242".into()),
+                ("team".into(), "ml".into())
+            ]
+        );
+        let (config, _) = load(&[
+            (otel::RESOURCE_ATTRIBUTES, "service.name=from-resource"),
+            (otel::SERVICE_NAME, "trainer"),
+        ]);
+        assert_eq!(config.export.service_name, "trainer");
+        assert!(config.export.resource.is_empty());
+        assert_eq!(load(&[(otel::RESOURCE_ATTRIBUTES, "novalue")]).1.len(), 1);
+    }
+
+    #[test]
+    fn file_pattern() {
+        let (config, warnings) = load(&[(EXPORT_FILE, "/tmp/%h/%p-100%%.jsonl")]);
+        assert!(warnings.is_empty());
+        assert_eq!(config.export.file, "/tmp/%h/%p-100%%.jsonl");
+        for value in ["a%d", "trailing%", "%H"] {
+            assert_rejected(EXPORT_FILE, value, DEFAULT_EXPORT_FILE);
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! allocation-free); `finalize` on the thread freeing the communicator.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -54,13 +55,17 @@ static OWN_PID: AtomicI32 = AtomicI32::new(0);
 /// Event types that are known but never recorded (Group gets a handle of its own).
 const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x7F00;
 
-/// Runs a callback body; a panic is counted, disables the communicator of `context` when it is
-/// one of ours, and the callback still reports success.
-fn guarded(context: u64, body: impl FnOnce()) -> ncclResult_t {
-    if catch_unwind(AssertUnwindSafe(body)).is_err() {
+/// The communicator a callback resolved so far: a panic after that point disables it, and only
+/// it (never one a foreign PXN context happens to name).
+type Owner = Cell<Option<(CommId, &'static Comm)>>;
+
+/// Runs a callback body; a panic is counted, disables the communicator the body resolved, and the
+/// callback still reports success.
+fn guarded(body: impl FnOnce(&Owner)) -> ncclResult_t {
+    let owner = Owner::new(None);
+    if catch_unwind(AssertUnwindSafe(|| body(&owner))).is_err() {
         STATS.panics.incr();
-        let ours = Context::decode(context).and_then(|c| comm::get(c.comm).map(|comm| (c.comm, comm)));
-        if let Some((id, comm)) = ours {
+        if let Some((id, comm)) = owner.get() {
             comm.disable(id);
         }
     }
@@ -77,7 +82,7 @@ unsafe extern "C" fn init_v4(
     rank: c_int,
     logfn: ncclDebugLogger_t,
 ) -> ncclResult_t {
-    guarded(0, || {
+    guarded(|_| {
         if context.is_null() {
             STATS.null_args.incr();
             return;
@@ -106,8 +111,12 @@ unsafe extern "C" fn init_v4(
 }
 
 /// Version-neutral `init`: returns the context value and activation mask, or `None` to leave the
-/// communicator unprofiled (NULL context, success).
+/// communicator unprofiled (NULL context, success). In a forked child of a profiled process the
+/// plugin is inert: no lock, no log, no thread (the parent's threads and lock owners are gone).
 fn init(meta: CommMeta, logfn: ncclDebugLogger_t) -> Option<(u64, i32)> {
+    if telemetry::forked() {
+        return None;
+    }
     nccl_log::set_logger(logfn);
     nccl_log::install();
     let config = Config::global();
@@ -123,8 +132,8 @@ fn init(meta: CommMeta, logfn: ncclDebugLogger_t) -> Option<(u64, i32)> {
     // SAFETY: `getpid` has no preconditions.
     OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     clock::init();
-    if config.telemetry_enable {
-        telemetry::start();
+    if config.telemetry_enable && telemetry::start() {
+        register_exit_flush();
     }
     let hash = meta.hash;
     let Some(id) = comm::register(meta, config) else {
@@ -140,15 +149,13 @@ unsafe extern "C" fn start_event_v4(
     descr: *mut ncclProfilerEventDescr_v4_t,
 ) -> ncclResult_t {
     // SAFETY: NCCL passes a valid descriptor pointer or NULL; `DescrV4` is `repr(transparent)`.
-    guarded(context as u64, || unsafe {
-        start_event(context as u64, handle, descr.cast::<DescrV4>())
-    })
+    guarded(|owner| unsafe { start_event(owner, context as u64, handle, descr.cast::<DescrV4>()) })
 }
 
 /// # Safety
 /// `handle` is NULL or writable; `descr` is NULL or points to a descriptor NCCL filled for this
 /// call.
-unsafe fn start_event<D: Descriptor>(context: u64, handle: *mut *mut c_void, descr: *const D) {
+unsafe fn start_event<D: Descriptor>(owner: &Owner, context: u64, handle: *mut *mut c_void, descr: *const D) {
     if handle.is_null() {
         STATS.null_args.incr();
         return;
@@ -160,14 +167,14 @@ unsafe fn start_event<D: Descriptor>(context: u64, handle: *mut *mut c_void, des
         STATS.null_args.incr();
         return;
     };
-    if let Some(h) = start(context, d) {
+    if let Some(h) = start(owner, context, d) {
         // SAFETY: as above.
         unsafe { *handle = h as *mut c_void };
     }
 }
 
 /// Records a start; the new handle, or `None` when declined, invalid or dropped (all counted).
-fn start<D: Descriptor>(context: u64, d: &D) -> Option<u64> {
+fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let ts = clock::now();
     let ty = d.event_type();
     let declined = || {
@@ -175,13 +182,13 @@ fn start<D: Descriptor>(context: u64, d: &D) -> Option<u64> {
         None
     };
     if ty == u64::from(ncclProfileProxyOp) {
-        return start_proxy_op(context, d, ts);
+        return start_proxy_op(owner, context, d, ts);
     }
     if ty == u64::from(ncclProfileProxyStep) {
         let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp]) else {
             return declined();
         };
-        let (comm, step) = (live(parent.comm)?, d.proxy_step()?);
+        let (comm, step) = (live(owner, parent.comm)?, d.proxy_step()?);
         let body = Body::ProxyStep {
             parent: parent.encode(),
             step,
@@ -192,7 +199,7 @@ fn start<D: Descriptor>(context: u64, d: &D) -> Option<u64> {
         let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
             return declined();
         };
-        let (comm, (channel, gpu_start)) = (live(parent.comm)?, d.kernel_ch()?);
+        let (comm, (channel, gpu_start)) = (live(owner, parent.comm)?, d.kernel_ch()?);
         let body = Body::KernelCh {
             parent: parent.encode(),
             channel,
@@ -203,7 +210,7 @@ fn start<D: Descriptor>(context: u64, d: &D) -> Option<u64> {
     if ty & DECLINED_TYPES != 0 && ty.is_power_of_two() {
         return declined();
     }
-    let (id, comm) = local(context)?;
+    let (id, comm) = local(owner, context)?;
     if ty == u64::from(ncclProfileGroup) {
         return Some(
             Handle {
@@ -233,14 +240,14 @@ fn start<D: Descriptor>(context: u64, d: &D) -> Option<u64> {
 /// non-NET receive ops are never stopped). A PXN op (pid not ours) carries another process's
 /// context and parent: neither is decoded as ours; the op is attributed to our communicator
 /// with the same hash, under the originating rank.
-fn start_proxy_op<D: Descriptor>(context: u64, d: &D, ts: u64) -> Option<u64> {
+fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D, ts: u64) -> Option<u64> {
     let op = d.proxy_op()?;
     if !op.is_send {
         STATS.declined.incr();
         return None;
     }
     let (id, comm, parent) = if op.pid == OWN_PID.load(Ordering::Relaxed) {
-        let (id, comm) = local(context)?;
+        let (id, comm) = local(owner, context)?;
         (
             id,
             comm,
@@ -253,6 +260,7 @@ fn start_proxy_op<D: Descriptor>(context: u64, d: &D, ts: u64) -> Option<u64> {
             return None;
         };
         STATS.foreign_ops.incr();
+        owner.set(Some((id, comm)));
         (id, comm, None)
     };
     let body = Body::ProxyOp(ProxyOpStart {
@@ -266,25 +274,27 @@ fn start_proxy_op<D: Descriptor>(context: u64, d: &D, ts: u64) -> Option<u64> {
     comm.start(id, Kind::ProxyOp, parent, ts, body)
 }
 
-/// Our live communicator behind a context; counted as NULL or stale otherwise.
-fn local(context: u64) -> Option<(CommId, &'static Comm)> {
+/// Our live communicator behind a context (slot, generation and hash tag all match); counted as
+/// NULL or stale otherwise.
+fn local(owner: &Owner, context: u64) -> Option<(CommId, &'static Comm)> {
     if context == 0 {
         STATS.null_args.incr();
         return None;
     }
-    let id = Context::decode(context).map(|c| c.comm);
-    let found = id.and_then(|id| comm::get(id).map(|c| (id, c)));
-    if found.is_none() {
-        STATS.stale.incr();
+    let found = Context::decode(context).and_then(|c| comm::get_context(c).map(|comm| (c.comm, comm)));
+    match found {
+        Some(_) => owner.set(found),
+        None => STATS.stale.incr(),
     }
     found
 }
 
 /// The live communicator `id`; counted as stale otherwise.
-fn live(id: CommId) -> Option<&'static Comm> {
+fn live(owner: &Owner, id: CommId) -> Option<&'static Comm> {
     let comm = comm::get(id);
-    if comm.is_none() {
-        STATS.stale.incr();
+    match comm {
+        Some(c) => owner.set(Some((id, c))),
+        None => STATS.stale.incr(),
     }
     comm
 }
@@ -295,7 +305,7 @@ fn own_parent(parent: u64, kinds: &[Kind]) -> Option<Handle> {
 }
 
 /// Our handle behind `eHandle` with its live communicator; counted when NULL or stale.
-fn event(handle: *mut c_void) -> Option<(Handle, &'static Comm)> {
+fn event(owner: &Owner, handle: *mut c_void) -> Option<(Handle, &'static Comm)> {
     if handle.is_null() {
         STATS.null_args.incr();
         return None;
@@ -304,12 +314,12 @@ fn event(handle: *mut c_void) -> Option<(Handle, &'static Comm)> {
         STATS.stale.incr();
         return None;
     };
-    Some((h, live(h.comm)?))
+    Some((h, live(owner, h.comm)?))
 }
 
 unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t {
-    guarded(0, || {
-        if let Some((h, comm)) = event(handle).filter(|(h, _)| h.kind != Kind::Group) {
+    guarded(|owner| {
+        if let Some((h, comm)) = event(owner, handle).filter(|(h, _)| h.kind != Kind::Group) {
             comm.append(h, clock::now(), Body::Stop);
         }
     })
@@ -320,17 +330,22 @@ unsafe extern "C" fn record_event_state_v4(
     state: ncclProfilerEventState_t,
     args: *mut ncclProfilerEventStateArgs_v4_t,
 ) -> ncclResult_t {
-    guarded(0, || {
+    guarded(|owner| {
         // SAFETY: NCCL passes NULL or valid state args for this call; `StateArgsV4` is transparent.
         let args = unsafe { args.cast::<StateArgsV4>().as_ref() };
-        record_event_state(handle, state, args)
+        record_event_state(owner, handle, state, args)
     })
 }
 
 /// States we record: SendWait (bytes of a send step) and KernelChStop (GPU stop time). Other
 /// states NCCL defines for the event's type are ignored; unknown ones are counted.
-fn record_event_state<A: StateArgs>(handle: *mut c_void, state: ncclProfilerEventState_t, args: Option<&A>) {
-    let Some((h, comm)) = event(handle) else { return };
+fn record_event_state<A: StateArgs>(
+    owner: &Owner,
+    handle: *mut c_void,
+    state: ncclProfilerEventState_t,
+    args: Option<&A>,
+) {
+    let Some((h, comm)) = event(owner, handle) else { return };
     let body = match (h.kind, state) {
         (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendWait => {
             args.map(|a| Body::SendWait { bytes: a.trans_size() })
@@ -352,18 +367,47 @@ fn record_event_state<A: StateArgs>(handle: *mut c_void, state: ncclProfilerEven
 }
 
 unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
-    guarded(context as u64, || {
-        let Some((id, comm)) = local(context as u64) else {
+    guarded(|owner| {
+        // A forked child must not touch state whose locks the parent's threads may hold.
+        if telemetry::forked() {
+            return;
+        }
+        let Some((id, comm)) = local(owner, context as u64) else {
             return;
         };
         if let Some(summaries) = comm.finalize(id, clock::secs_per_tick()) {
             telemetry::deliver(&summaries);
         }
-        // NCCL may unload libnccl after its last communicator: forget its logger.
         if !comm::all().any(Comm::is_live) {
+            // The last communicator: export what is left, waiting at most the export timeout
+            // even when the collector hangs, and not at all while exports are failing.
+            telemetry::flush(telemetry::flush_deadline(), false, telemetry::Wait::IfHealthy);
+            // NCCL may unload libnccl after its last communicator: forget its logger.
             nccl_log::clear_logger();
         }
     })
+}
+
+/// Registers [`exit_flush`] with `atexit` once per process.
+fn register_exit_flush() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: `exit_flush` is a plain `extern "C" fn()` that never unwinds, and this library is
+        // never unmapped (`-z nodelete`, see build.rs), so the pointer stays valid until exit.
+        if unsafe { libc::atexit(exit_flush) } != 0 {
+            tracing::warn!("cannot register the exit flush; data of the last interval may be lost at exit");
+        }
+    });
+}
+
+/// At process exit without `finalize`: processes the live communicators' windows and exports them,
+/// waiting at most the export timeout plus a margin. Inert in a forked child.
+extern "C" fn exit_flush() {
+    let _ = catch_unwind(|| {
+        if !telemetry::forked() {
+            telemetry::flush(telemetry::flush_deadline(), true, telemetry::Wait::Always);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -384,7 +428,10 @@ mod tests {
         let id = comm::register(meta, Config::global()).expect("a free slot");
         let context = Context::new(id, 0xBAD).encode();
         let before = STATS.panics.get();
-        let rc = guarded(context, || panic!("injected"));
+        let rc = guarded(|owner| {
+            local(owner, context);
+            panic!("injected")
+        });
         assert_eq!(rc, ncclSuccess);
         assert_eq!(STATS.panics.get(), before + 1);
         assert!(comm::get(id).is_none(), "the communicator is disabled");

@@ -16,6 +16,7 @@ pub mod clock;
 pub mod comm;
 pub mod config;
 pub mod event;
+pub mod export;
 pub mod ffi;
 pub mod handle;
 pub mod nccl_log;

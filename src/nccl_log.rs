@@ -5,7 +5,7 @@
 //! call `logfn(level, NCCL_PROFILE, "nccl-profiler-otel", line, "%s", text)` with text
 //! `NCCL_PROFILER_OTEL: <message> k=v…`, so `NCCL_DEBUG` and `NCCL_DEBUG_SUBSYS=PROFILE` filter
 //! it like NCCL's own output. Without a logger, WARN/ERROR go to stderr and the rest is dropped.
-//! Spans are ignored.
+//! Spans are ignored, and so are dependencies' events below WARN.
 //! Called on: the NCCL app thread (init/finalize) and the telemetry thread; never the hot path
 //! (NCCL's logger takes a mutex, and formatting allocates). A WARN also replaces the text of
 //! `ncclGetLastError()`, so WARN only for real problems.
@@ -28,6 +28,8 @@ const SUBSYS_PROFILE: c_ulong = NCCL_PROFILE as c_ulong;
 /// Printed by NCCL as the file name of a WARN and as the function name of a TRACE.
 const FILE: &std::ffi::CStr = c"nccl-profiler-otel";
 const PREFIX: &str = "NCCL_PROFILER_OTEL: ";
+/// Target prefix of this crate's events (their module path).
+const CRATE: &str = "nccl_profiler_otel";
 
 /// The latest logger NCCL gave us. Readers hold the lock across the call, so [`clear_logger`]
 /// returns only once no call is in flight.
@@ -74,8 +76,10 @@ struct Forwarder {
 }
 
 impl Subscriber for Forwarder {
+    /// Events of this crate at every level; from dependencies (the HTTP/2 stack logs every frame
+    /// at TRACE) only WARN and ERROR, so their chatter costs nothing.
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.is_event()
+        metadata.is_event() && (metadata.target().starts_with(CRATE) || *metadata.level() <= Level::WARN)
     }
 
     fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
@@ -237,6 +241,21 @@ mod tests {
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0].level, NCCL_LOG_WARN);
         assert_eq!(text(&lines[0]), "NCCL_PROFILER_OTEL: inside");
+    }
+
+    #[test]
+    fn dependencies_below_warn_are_ignored() {
+        let lines = capture(|| {
+            tracing::trace!(target: "h2::codec", "frame");
+            tracing::info!(target: "reqwest::connect", "connecting");
+            tracing::warn!(target: "h2::proto", "connection error");
+            tracing::trace!("ours");
+        });
+        let texts: Vec<&str> = lines.iter().map(text).collect();
+        assert_eq!(
+            texts,
+            ["NCCL_PROFILER_OTEL: connection error", "NCCL_PROFILER_OTEL: ours"]
+        );
     }
 
     #[test]

@@ -1,22 +1,23 @@
-//! Atomics and `UnsafeCell` for the lock-free window: `std`'s, or `loom`'s under `cfg(loom)` so the
+//! Atomics and `UnsafeCell` for the lock-free window: `std`'s, or `loom`'s under `cfg(nccl_loom)` (our own
+//! cfg name: tokio changes behaviour under the usual `cfg(loom)`, which reaches every crate) so the
 //! loom model in `tests/loom_window.rs` explores every interleaving of the same code.
 #![forbid(unsafe_code)]
 
-#[cfg(loom)]
+#[cfg(nccl_loom)]
 pub use loom::{
     cell::UnsafeCell,
     sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering},
 };
 
-#[cfg(not(loom))]
+#[cfg(not(nccl_loom))]
 pub use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 /// `std`'s `UnsafeCell` with loom's `with`/`with_mut` access API.
-#[cfg(not(loom))]
+#[cfg(not(nccl_loom))]
 #[derive(Debug, Default)]
 pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
-#[cfg(not(loom))]
+#[cfg(not(nccl_loom))]
 impl<T> UnsafeCell<T> {
     /// Wraps `value`.
     pub const fn new(value: T) -> Self {

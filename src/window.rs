@@ -10,10 +10,13 @@
 //! | READY → FILLING        | consumer | [`Window::open`]: cursor 0, claims succeed again           |
 //! | FILLING → CLOSING      | consumer | count or time trigger; a newer window takes new roots      |
 //! | CLOSING → PROCESSING   | consumer | [`Window::seal`]: cursor swapped past capacity, then every claimed slot is awaited |
-//! | PROCESSING → READY     | consumer | [`Window::reset`]: epoch + 1, pages past the used part released |
+//! | PROCESSING → READY     | consumer | [`Window::reset`], once every slot claimed before the seal is stamped: epoch + 1, pages past the used part released |
 //!
 //! A READY or PROCESSING window is sealed, so a late producer's claim fails ("full") and is
-//! counted by the caller: a slot being read is never overwritten and producers never wait.
+//! counted by the caller: a slot being read is never overwritten and producers never wait. A
+//! producer preempted between its claim and its stamp keeps the window PROCESSING ("draining")
+//! until it stamps: the consumer may give up waiting for that record, but never reuses the slot
+//! (or bumps the epoch the producer is about to read) under it.
 //! Communicators keep their windows for the life of the process (type-stable memory), so even a
 //! producer racing a `finalize` writes into mapped memory of the right type.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -63,6 +66,8 @@ pub struct Window {
     cursor: CachePadded<AtomicU64>,
     epoch: AtomicU32,
     state: AtomicU8,
+    /// Slots claimed before the last seal (consumer-only).
+    sealed: AtomicU32,
     slots: Box<[Slot]>,
 }
 
@@ -78,6 +83,7 @@ impl Window {
             cursor: CachePadded::new(AtomicU64::new(SEALED)),
             epoch: AtomicU32::new(1),
             state: AtomicU8::new(WindowState::Ready as u8),
+            sealed: AtomicU32::new(0),
             slots: zeroed_slots(capacity as usize)?,
         })
     }
@@ -160,27 +166,34 @@ impl Window {
             return None;
         }
         // AcqRel: every claim before the swap is counted in the returned value.
-        let claimed = self.cursor.swap(SEALED, Ordering::AcqRel);
-        Some(claimed.min(self.slots.len() as u64) as u32)
+        let claimed = self.cursor.swap(SEALED, Ordering::AcqRel).min(self.slots.len() as u64) as u32;
+        self.sealed.store(claimed, Ordering::Relaxed);
+        Some(claimed)
     }
 
     /// The record in `slot` if it was published this epoch. Called on: consumer (a slot below a
     /// claimed count of a CLOSING or PROCESSING window).
     pub fn published(&self, slot: u32) -> Option<Record> {
-        let s = self.slots.get(slot as usize)?;
-        // Acquire: pairs with `push`'s Release; the record is complete once the stamp matches.
-        if s.stamp.load(Ordering::Acquire) != self.epoch() {
-            return None;
-        }
+        let s = self.slots.get(slot as usize).filter(|s| self.stamped(s))?;
         // SAFETY: the stamp equals this epoch, so the record was fully written by its claimer
-        // and nobody writes the slot again before `reset` (which the consumer alone calls).
+        // and nobody writes the slot again before `reset`, which waits for every claimed slot's
+        // stamp, so no claimer of this epoch is still writing.
         Some(s.record.with(|p| unsafe { (*p).assume_init() }))
     }
 
-    /// PROCESSING → READY: bump the epoch (old stamps and handles become stale) and release the
-    /// memory of slots past `keep`. Called on: consumer, after reading the sealed window.
+    fn stamped(&self, slot: &Slot) -> bool {
+        // Acquire: pairs with `push`'s Release; the record is complete once the stamp matches.
+        slot.stamp.load(Ordering::Acquire) == self.epoch()
+    }
+
+    /// PROCESSING → READY, only once every slot claimed before the seal is published (else the
+    /// window keeps draining and this returns `false`; call again later): bump the epoch (old
+    /// stamps and handles become stale) and release the memory of slots past `keep`.
+    /// Called on: consumer, after reading the sealed window.
     pub fn reset(&self, keep: u32) -> bool {
-        if self.state() != WindowState::Processing {
+        let sealed = self.sealed.load(Ordering::Relaxed);
+        let claimed = self.slots.get(..sealed as usize).unwrap_or_default();
+        if self.state() != WindowState::Processing || !claimed.iter().all(|s| self.stamped(s)) {
             return false;
         }
         self.epoch.fetch_add(1, Ordering::Relaxed);
@@ -189,10 +202,11 @@ impl Window {
     }
 
     /// Brings the window back to READY from any state, discarding its records (a communicator
-    /// slot being reused after a disabled communicator). Called on: consumer (`register`).
-    pub fn recycle(&self) {
+    /// slot reused after its communicator was disabled); `false` while a producer still owns a
+    /// slot. Called on: consumer (`register`).
+    pub fn recycle(&self) -> bool {
         self.seal();
-        self.reset(0);
+        self.reset(0) || self.state() == WindowState::Ready
     }
 
     /// Releases the memory of every slot of a READY window. Called on: consumer (`finalize`).
@@ -204,7 +218,7 @@ impl Window {
 
     /// Returns the whole pages of slots at and past `first` to the kernel (they read as zero, a
     /// valid empty slot, and cost no resident memory until touched again).
-    #[cfg(not(loom))]
+    #[cfg(not(nccl_loom))]
     fn release_from(&self, first: u32) {
         let page = 4096usize;
         let base = self.slots.as_ptr() as usize;
@@ -219,13 +233,13 @@ impl Window {
         }
     }
 
-    #[cfg(loom)]
+    #[cfg(nccl_loom)]
     fn release_from(&self, _first: u32) {}
 }
 
 /// `capacity` empty slots, allocated zeroed so untouched pages are never resident; `None` when
 /// the memory cannot be had.
-#[cfg(not(loom))]
+#[cfg(not(nccl_loom))]
 fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
     let layout = std::alloc::Layout::array::<Slot>(capacity.max(1)).ok()?;
     // SAFETY: the layout is non-zero-sized; a zeroed `Slot` is valid (stamp 0 is no epoch, the
@@ -237,7 +251,7 @@ fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
     }
 }
 
-#[cfg(loom)]
+#[cfg(nccl_loom)]
 fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
     Some(
         (0..capacity)
@@ -249,7 +263,7 @@ fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
     )
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(nccl_loom)))]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;

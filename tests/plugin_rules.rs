@@ -433,18 +433,30 @@ fn time_trigger_and_grace_period_bound_a_window() {
 fn a_full_window_drops_and_counts_without_waiting() {
     let (p, _) = setup();
     let c = new_comm(p, 0, 2);
-    let n = CAPACITY as usize + 100;
-    let handles: Vec<H> = (0..n)
+    // New events may take 3/4 of a window; the rest is kept for their children and stops.
+    let roots = (CAPACITY as usize) * 3 / 4;
+    let handles: Vec<H> = (0..CAPACITY as usize)
         .map(|i| p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, i as u64))
         .collect();
-    assert_eq!(handles.iter().filter(|h| h.is_null()).count(), 100);
-    let drops = comm::all()
-        .find(|x| x.meta().hash == c.hash && x.is_live())
-        .unwrap()
-        .drop_counts();
-    assert_eq!(drops.full, 100);
+    let accepted: Vec<H> = handles.iter().copied().filter(|h| !h.is_null()).collect();
+    assert_eq!(accepted.len(), roots);
+    // Children of accepted events still fit, up to the capacity; then drops are counted.
+    let ops: Vec<H> = accepted
+        .iter()
+        .map(|&coll| p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true))
+        .collect();
+    assert_eq!(ops.iter().filter(|h| !h.is_null()).count(), CAPACITY as usize - roots);
+    accepted.iter().for_each(|&h| p.stop(h)); // no room left: counted
+    let comm = comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap();
+    let (cap, roots) = (u64::from(CAPACITY), roots as u64);
+    let (root_drops, op_drops, stop_drops) = (cap - roots, roots - (cap - roots), roots);
+    assert_eq!(comm.drop_counts().full, root_drops + op_drops + stop_drops);
     let s = finalize(p, &c);
     assert_eq!(s.iter().map(|w| w.stats.records).sum::<u64>(), u64::from(CAPACITY));
+    assert!(
+        s[0].stats.spilled,
+        "children that found no room in their parent's window"
+    );
 }
 
 #[test]

@@ -1,0 +1,537 @@
+//! Cost of one callback through the exported `ncclProfiler_v4` table, against a table of empty
+//! callbacks with the same signatures, in the same run.
+//!
+//! - `single/{start,state,stop}`: one kind of callback on one thread: ProxyStep start (under a
+//!   live ProxyOp), SendWait state, ProxyStep stop; `single/step`: a whole send step (start,
+//!   SendGPUWait, SendPeerWait, SendWait, stop), per callback.
+//! - `two_threads`: a user thread (Coll start/stop) and a proxy thread (ProxyOp and its steps)
+//!   on one communicator at once, each timing its own callbacks; per callback.
+//!
+//! Criterion reports mean and median per callback. After it, a tail measurement times single
+//! callbacks with `rdtsc` (fenced) and prints median and p99 of plugin and baseline and what the
+//! plugin adds (`cargo bench --bench hot_path`; a quick pass under `cargo test --benches`).
+//!
+//! The plugin's telemetry thread is off: between timed batches (of at most 8,000 callbacks, so a
+//! window never fills) the bench drives the consumer itself, untimed, as the telemetry thread
+//! would, so windows rotate, get processed and are reused with their pages resident.
+
+#[path = "../tests/emulator/mod.rs"]
+mod emulator;
+
+use std::ffi::{c_char, c_int, c_void};
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use emulator::{H, Plugin, descr, pid, ty};
+use nccl_profiler_otel::bindings::*;
+use nccl_profiler_otel::config::Config;
+use nccl_profiler_otel::{clock, comm};
+
+/// Callbacks per timed batch.
+const BATCH: u64 = 2000;
+
+unsafe extern "C" fn empty_init(
+    context: *mut *mut c_void,
+    mask: *mut c_int,
+    _: *const c_char,
+    _: u64,
+    _: c_int,
+    _: c_int,
+    _: c_int,
+    _: ncclDebugLogger_t,
+) -> ncclResult_t {
+    // SAFETY: the emulator passes valid out-parameters.
+    unsafe {
+        *context = std::ptr::dangling_mut::<c_void>();
+        *mask = 0x1e;
+    }
+    ncclSuccess
+}
+
+#[inline(never)]
+unsafe extern "C" fn empty_start(
+    _: *mut c_void,
+    h: *mut *mut c_void,
+    d: *mut ncclProfilerEventDescr_v4_t,
+) -> ncclResult_t {
+    black_box(d);
+    // SAFETY: the emulator passes a valid handle slot.
+    unsafe { *h = std::ptr::dangling_mut::<c_void>() };
+    ncclSuccess
+}
+
+#[inline(never)]
+unsafe extern "C" fn empty_stop(h: *mut c_void) -> ncclResult_t {
+    black_box(h);
+    ncclSuccess
+}
+
+#[inline(never)]
+unsafe extern "C" fn empty_state(
+    h: *mut c_void,
+    s: ncclProfilerEventState_t,
+    a: *mut ncclProfilerEventStateArgs_v4_t,
+) -> ncclResult_t {
+    black_box((h, s, a));
+    ncclSuccess
+}
+
+unsafe extern "C" fn empty_finalize(_: *mut c_void) -> ncclResult_t {
+    ncclSuccess
+}
+
+/// A table of callbacks that do nothing but write `*eHandle`.
+fn empty_table() -> ncclProfiler_v4_t {
+    ncclProfiler_v4_t {
+        name: c"empty".as_ptr(),
+        init: Some(empty_init),
+        startEvent: Some(empty_start),
+        stopEvent: Some(empty_stop),
+        recordEventState: Some(empty_state),
+        finalize: Some(empty_finalize),
+    }
+}
+
+/// One table, called exactly as NCCL does (through the function pointers).
+#[derive(Clone, Copy)]
+struct Table {
+    t: &'static ncclProfiler_v4_t,
+    context: *mut c_void,
+    /// A live ProxyOp handle (plugin) to parent steps.
+    op: *mut c_void,
+}
+
+// SAFETY: opaque values handed between threads as NCCL does.
+unsafe impl Send for Table {}
+// SAFETY: as above.
+unsafe impl Sync for Table {}
+
+impl Table {
+    #[inline(always)]
+    fn start(&self, d: &mut ncclProfilerEventDescr_v4_t) -> *mut c_void {
+        let mut h = std::ptr::null_mut();
+        // SAFETY: valid handle slot and descriptor for the call.
+        unsafe { (self.t.startEvent.unwrap_unchecked())(self.context, &mut h, d) };
+        h
+    }
+
+    #[inline(always)]
+    fn stop(&self, h: *mut c_void) {
+        // SAFETY: any handle value is allowed.
+        unsafe { (self.t.stopEvent.unwrap_unchecked())(h) };
+    }
+
+    #[inline(always)]
+    fn state(&self, h: *mut c_void, s: u32, bytes: u64) {
+        let mut a = ncclProfilerEventStateArgs_v4_t {
+            proxyStep: ncclProfilerEventStateArgs_v4_t__bindgen_ty_1 {
+                transSize: bytes as usize,
+            },
+        };
+        // SAFETY: any handle value is allowed; `a` lives across the call.
+        unsafe { (self.t.recordEventState.unwrap_unchecked())(h, s, &mut a) };
+    }
+}
+
+/// The plugin's communicator and the consumer steps the bench drives between batches.
+struct Bench {
+    plugin: Plugin,
+    empty: &'static ncclProfiler_v4_t,
+    comm: emulator::Comm,
+    /// Virtual time of the consumer (moved forward by whole intervals).
+    now: Instant,
+}
+
+impl Bench {
+    fn new(hash: u64) -> Bench {
+        // SAFETY: set before the first `init` reads the environment; single-threaded here.
+        unsafe {
+            std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENABLE", "0");
+            std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "none");
+        }
+        let plugin = Plugin::in_process();
+        let (comm, mask) = plugin.init(Some("bench"), hash, 2, 2, 0);
+        assert!(!comm.context.is_null() && mask != 0);
+        Bench {
+            plugin,
+            empty: Box::leak(Box::new(empty_table())),
+            comm,
+            now: Instant::now(),
+        }
+    }
+
+    /// The plugin's table with a fresh Coll and ProxyOp to parent steps.
+    fn plugin_table(&self) -> Table {
+        let p = &self.plugin;
+        let coll = p.coll(
+            &self.comm,
+            H::NULL,
+            "AllReduce",
+            "RING",
+            "SIMPLE",
+            "ncclFloat32",
+            1 << 20,
+            1,
+            0,
+        );
+        p.stop(coll);
+        let op = p.proxy_op(self.comm.context, coll, pid(), 0, 1, 0, 1 << 20, true);
+        assert!(!op.is_null());
+        Table {
+            t: p.table(),
+            context: self.comm.context,
+            op: op.0,
+        }
+    }
+
+    fn empty_table(&self) -> Table {
+        Table {
+            t: self.empty,
+            context: std::ptr::dangling_mut::<c_void>(),
+            op: std::ptr::dangling_mut::<c_void>(),
+        }
+    }
+
+    /// Closes the current window and processes it, as the telemetry thread would (untimed).
+    fn consume(&mut self) {
+        let interval = Config::global().interval;
+        let c = comm::all()
+            .find(|c| c.is_live() && c.meta().hash == self.comm.hash)
+            .expect("bench communicator");
+        for _ in 0..3 {
+            self.now += interval + comm::SETTLE;
+            black_box(c.poll(self.now, clock::secs_per_tick()));
+        }
+    }
+}
+
+fn step_descr(op: *mut c_void, step: i32) -> ncclProfilerEventDescr_v4_t {
+    let mut d = descr(ty::PROXY_STEP, H(op), 0);
+    d.__bindgen_anon_1.proxyStep.step = step;
+    d
+}
+
+/// What one batch times.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Start,
+    State,
+    Stop,
+    Step,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [Kind::Start, Kind::State, Kind::Stop, Kind::Step];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Start => "start",
+            Kind::State => "state",
+            Kind::Stop => "stop",
+            Kind::Step => "step",
+        }
+    }
+
+    /// Callbacks per unit.
+    fn callbacks(self) -> u64 {
+        if self == Kind::Step { 5 } else { 1 }
+    }
+}
+
+/// Runs `n` units of `kind` on `t`, timing only the callbacks being measured.
+fn run(t: &Table, kind: Kind, n: u64) -> Duration {
+    match kind {
+        Kind::Start => {
+            let mut descrs: Vec<_> = (0..n).map(|i| step_descr(t.op, i as i32)).collect();
+            let t0 = Instant::now();
+            for d in &mut descrs {
+                black_box(t.start(d));
+            }
+            t0.elapsed()
+        }
+        Kind::State | Kind::Stop => {
+            let handles: Vec<_> = (0..n).map(|i| t.start(&mut step_descr(t.op, i as i32))).collect();
+            let t0 = Instant::now();
+            for &h in &handles {
+                if kind == Kind::State {
+                    t.state(h, ty::SEND_WAIT, 1 << 20);
+                } else {
+                    t.stop(h);
+                }
+            }
+            t0.elapsed()
+        }
+        Kind::Step => {
+            let t0 = Instant::now();
+            for i in 0..n {
+                let h = t.start(&mut step_descr(t.op, i as i32));
+                t.state(h, ty::SEND_GPU_WAIT, 0);
+                t.state(h, ty::SEND_PEER_WAIT, 0);
+                t.state(h, ty::SEND_WAIT, 1 << 20);
+                t.stop(h);
+            }
+            t0.elapsed()
+        }
+    }
+}
+
+/// `iters` units in batches, the consumer between them; the timed total.
+fn timed(b: &mut Bench, plugin: bool, kind: Kind, iters: u64) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(BATCH / kind.callbacks());
+        let t = if plugin { b.plugin_table() } else { b.empty_table() };
+        total += run(&t, kind, n);
+        if plugin {
+            b.consume();
+        }
+        left -= n;
+    }
+    total
+}
+
+fn single_thread(c: &mut Criterion) {
+    let mut b = Bench::new(0xBE7C_0001);
+    let mut g = c.benchmark_group("hot_path/single");
+    for kind in Kind::ALL {
+        g.throughput(criterion::Throughput::Elements(kind.callbacks()));
+        g.bench_function(format!("{}/empty", kind.name()), |bn| {
+            bn.iter_custom(|iters| timed(&mut b, false, kind, iters))
+        });
+        g.bench_function(format!("{}/plugin", kind.name()), |bn| {
+            bn.iter_custom(|iters| timed(&mut b, true, kind, iters))
+        });
+    }
+    g.finish();
+    tails(&mut b);
+}
+
+/// A user thread (Coll start + stop) and a proxy thread (ProxyOp start, 4 steps of 5 callbacks,
+/// ProxyOp stop) at once; the sum of both threads' timed callbacks.
+fn two_threads(c: &mut Criterion) {
+    let mut b = Bench::new(0xBE7C_0002);
+    let mut g = c.benchmark_group("hot_path/two_threads");
+    // One unit: 2 user callbacks + 22 proxy callbacks.
+    g.throughput(criterion::Throughput::Elements(24));
+    for plugin in [false, true] {
+        let name = if plugin { "plugin" } else { "empty" };
+        g.bench_function(name, |bn| {
+            bn.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(BATCH / 24);
+                    let t = if plugin { b.plugin_table() } else { b.empty_table() };
+                    total += pair(&t, n);
+                    if plugin {
+                        b.consume();
+                    }
+                    left -= n;
+                }
+                total
+            })
+        });
+    }
+    g.finish();
+}
+
+/// `n` units on two threads; the sum of their timed work.
+fn pair(t: &Table, n: u64) -> Duration {
+    let go = Barrier::new(2);
+    std::thread::scope(|s| {
+        let user = s.spawn(|| {
+            let mut descrs: Vec<_> = (0..n)
+                .map(|i| {
+                    emulator::plugin::coll_descr(
+                        0,
+                        H::NULL,
+                        c"AllReduce".as_ptr(),
+                        c"RING".as_ptr(),
+                        c"SIMPLE".as_ptr(),
+                        c"ncclFloat32".as_ptr(),
+                        1 << 20,
+                        1,
+                        i,
+                    )
+                })
+                .collect();
+            go.wait();
+            let t0 = Instant::now();
+            for d in &mut descrs {
+                let h = t.start(d);
+                t.stop(h);
+            }
+            t0.elapsed()
+        });
+        let proxy = s.spawn(|| {
+            let mut op = emulator::plugin::proxy_op_descr(H(t.op), pid(), 0, 1, 0, 4, 1 << 20, true);
+            go.wait();
+            let t0 = Instant::now();
+            for _ in 0..n {
+                let h = t.start(&mut op);
+                t.state(h, ty::OP_IN_PROGRESS, 0);
+                for k in 0..4 {
+                    let st = t.start(&mut step_descr(h, k));
+                    t.state(st, ty::SEND_GPU_WAIT, 0);
+                    t.state(st, ty::SEND_PEER_WAIT, 0);
+                    t.state(st, ty::SEND_WAIT, 1 << 20);
+                    t.stop(st);
+                }
+                t.stop(h);
+            }
+            t0.elapsed()
+        });
+        user.join().expect("user") + proxy.join().expect("proxy")
+    })
+}
+
+/// rdtsc, fenced so the timed call cannot move across it.
+#[inline(always)]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence/rdtsc have no preconditions on x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_lfence();
+        let t = std::arch::x86_64::_rdtsc();
+        std::arch::x86_64::_mm_lfence();
+        t
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// Nanoseconds per `ticks()` unit.
+fn ns_per_tick() -> f64 {
+    let (t0, i0) = (ticks(), Instant::now());
+    std::thread::sleep(Duration::from_millis(200));
+    i0.elapsed().as_nanos() as f64 / (ticks() - t0) as f64
+}
+
+/// Times single callbacks of `kind` (the Step kind: each of its 5 callbacks); samples in ticks.
+fn sample(t: &Table, kind: Kind, n: u64, out: &mut Vec<u64>) {
+    let handles: Vec<_> = if matches!(kind, Kind::State | Kind::Stop) {
+        (0..n).map(|i| t.start(&mut step_descr(t.op, i as i32))).collect()
+    } else {
+        Vec::new()
+    };
+    let mut descrs: Vec<_> = (0..n).map(|i| step_descr(t.op, i as i32)).collect();
+    for i in 0..n as usize {
+        match kind {
+            Kind::Start => {
+                let a = ticks();
+                black_box(t.start(&mut descrs[i]));
+                out.push(ticks() - a);
+            }
+            Kind::State => {
+                let a = ticks();
+                t.state(handles[i], ty::SEND_WAIT, 1 << 20);
+                out.push(ticks() - a);
+            }
+            Kind::Stop => {
+                let a = ticks();
+                t.stop(handles[i]);
+                out.push(ticks() - a);
+            }
+            Kind::Step => {
+                let a = ticks();
+                let h = t.start(&mut descrs[i]);
+                let b = ticks();
+                t.state(h, ty::SEND_GPU_WAIT, 0);
+                let c = ticks();
+                t.state(h, ty::SEND_WAIT, 1 << 20);
+                let d = ticks();
+                t.stop(h);
+                let e = ticks();
+                out.extend([b - a, c - b, d - c, e - d]);
+            }
+        }
+    }
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p) as usize]
+}
+
+/// Median and p99 of single callbacks, plugin against the empty table; printed.
+fn tails(b: &mut Bench) {
+    let full = std::env::args().any(|a| a == "--bench");
+    let samples = if full { 200_000 } else { 2_000 };
+    let ns = ns_per_tick();
+    // The timer's own cost: an empty pair of fenced reads.
+    let mut overhead: Vec<u64> = (0..100_000)
+        .map(|_| {
+            let a = ticks();
+            ticks() - a
+        })
+        .collect();
+    let timer = percentile(&mut overhead, 0.5) as f64 * ns;
+    println!();
+    println!(
+        "hot_path tails: single callbacks timed with fenced rdtsc ({timer:.1} ns timer cost subtracted), {samples} each"
+    );
+    println!(
+        "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "callback", "empty p50", "plugin p50", "added p50", "empty p99", "plugin p99", "added p99"
+    );
+    for kind in Kind::ALL {
+        let mut row = [(0.0, 0.0); 2];
+        for (i, plugin) in [false, true].into_iter().enumerate() {
+            let mut v = Vec::with_capacity(samples);
+            while v.len() < samples {
+                let t = if plugin { b.plugin_table() } else { b.empty_table() };
+                sample(&t, kind, BATCH / kind.callbacks(), &mut v);
+                if plugin {
+                    b.consume();
+                }
+            }
+            let p50 = percentile(&mut v, 0.5) as f64 * ns - timer;
+            let p99 = percentile(&mut v, 0.99) as f64 * ns - timer;
+            row[i] = (p50, p99);
+        }
+        println!(
+            "{:<8} {:>9.1} ns {:>9.1} ns {:>9.1} ns {:>9.1} ns {:>9.1} ns {:>9.1} ns",
+            kind.name(),
+            row[0].0,
+            row[1].0,
+            row[1].0 - row[0].0,
+            row[0].1,
+            row[1].1,
+            row[1].1 - row[0].1
+        );
+    }
+    // The plugin reads the clock once per callback: its cost alone.
+    clock::init();
+    let mut v: Vec<u64> = (0..100_000)
+        .map(|_| {
+            let a = ticks();
+            black_box(clock::now());
+            ticks() - a
+        })
+        .collect();
+    println!(
+        "clock::now() alone: p50 {:.1} ns, p99 {:.1} ns",
+        percentile(&mut v, 0.5) as f64 * ns - timer,
+        percentile(&mut v, 0.99) as f64 * ns - timer
+    );
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(50)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = single_thread, two_threads
+}
+criterion_main!(benches);

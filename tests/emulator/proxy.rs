@@ -1,0 +1,853 @@
+//! The proxy progress thread of one emulated (communicator, rank) (spec 3.1, 3.6–3.9).
+//!
+//! It receives tasks (a Coll or P2p with its planned ProxyOps and kernel channels) from its user
+//! thread and progresses all of them in one loop, like NCCL's `progressOps`:
+//!
+//! - ProxyOps start when a task is appended (inside a ProxyCtrl Append burst when the mask has
+//!   ProxyCtrl), get `InProgress` when progress begins, and stop after their last step. CollNet
+//!   ops (`isSend` 0) are started and never touched again.
+//! - Send steps (at most `max_in_flight` started and not stopped per op): start + SendGPUWait
+//!   (stale `transSize`); when the GPU produced the data, SendPeerWait, repeated while the link is
+//!   still busy with the previous step; SendWait with the step's bytes when the link takes it;
+//!   stop exactly `latency + bytes / bandwidth` (× jitter) after the SendWait. The link carries
+//!   one step's bytes at a time (steps overlap only in their latency).
+//! - Receive steps: start (the first one twice with `restart_recv`) + RecvWait; RecvFlushWait and
+//!   RecvGPUWait with the bytes when the data arrived over the inbound link; stop once the GPU
+//!   consumed it.
+//! - KernelCh per channel: start with the GPU start time when the task is appended; KernelChStop
+//!   with the GPU stop time and stop when the channel's ops are done (or after the modelled GPU
+//!   time for channels without network ops).
+//! - ProxyCtrl: a Sleep/Wakeup burst around waiting for work, Idle/Active edges.
+//!
+//! Waits are coarse (sleep, also woken by new tasks) except for step stops, which are precise
+//! ([`time::wait_until`]).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use super::net::{Jitter, Link, Network};
+use super::plugin::{self, Comm, H, Plugin, descr, mask, net_plugin_descr, proxy_op_descr, ty};
+use super::time::{self, gpu_ns};
+use super::truth::{CollTruth, DISTURBED, LinkTruth, Report};
+use super::workload::{CommSpec, Done, Options};
+
+/// A callback taking longer than this was preempted in the middle.
+const CALL_BUDGET: Duration = Duration::from_micros(5);
+
+/// A transfer ending sooner than this is waited for before any other work.
+const PRECISE_GUARD: Duration = Duration::from_micros(50);
+
+/// How a planned ProxyOp behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    /// Network send with steps.
+    Send,
+    /// Network receive with steps.
+    Recv,
+    /// Started with `isSend` 0 and never touched again (CollNet).
+    Abandoned,
+}
+
+/// A ProxyOp the proxy thread will run.
+#[derive(Clone, Debug)]
+pub(crate) struct OpPlan {
+    pub kind: OpKind,
+    /// Communicator rank of the remote end, and its world rank.
+    pub peer: i32,
+    pub world_peer: usize,
+    pub channel: u8,
+    /// Bytes of each network transfer.
+    pub steps: Vec<u64>,
+    /// Send: this rank → peer; receive: peer → this rank.
+    pub link: Link,
+    pub chunk: u64,
+    /// Reported as another process's op (spec 4.3).
+    pub pxn: bool,
+}
+
+/// When a kernel channel finishes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KernelEnd {
+    /// When the channel's network ops are done.
+    AfterOps,
+    /// This long after launch.
+    After(Duration),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KernelPlan {
+    pub channel: u8,
+    pub end: KernelEnd,
+}
+
+/// One Coll or P2p handed from the user thread.
+pub(crate) struct Task {
+    /// The Coll/P2p handle (already stopped), parent of the ProxyOps and KernelCh.
+    pub root: H,
+    /// The activation mask sampled at the API call (spec 3.2).
+    pub mask: i32,
+    /// When the kernel was launched.
+    pub launch: Instant,
+    pub truth: CollTruth,
+    pub ops: Vec<OpPlan>,
+    pub kernels: Vec<KernelPlan>,
+    pub done: Arc<Done>,
+}
+
+struct Sent {
+    t0: Instant,
+    deadline: Instant,
+    call: Duration,
+    net: H,
+}
+
+struct Step {
+    handle: H,
+    bytes: u64,
+    /// Send: GPU data ready; receive: data arrived.
+    ready: Instant,
+    peer_waits: u32,
+    next_peer_wait: Instant,
+    sent: Option<Sent>,
+    /// Receive: flushed and handed to the GPU, consumed at this time.
+    consumed: Option<Instant>,
+}
+
+struct Op {
+    plan: OpPlan,
+    handle: H,
+    context: *mut c_void,
+    in_progress: bool,
+    started: usize,
+    stopped: usize,
+    steps: VecDeque<Step>,
+    gpu_free: Instant,
+    /// Stale `transSize` NCCL reports on states that carry none.
+    last_trans: u64,
+    done: bool,
+}
+
+struct Kernel {
+    plan: KernelPlan,
+    handle: H,
+    gpu_start: u64,
+    done: bool,
+}
+
+struct Active {
+    task: Task,
+    ops: Vec<Op>,
+    kernels: Vec<Kernel>,
+}
+
+/// Earliest coarse and precise wake-up times.
+#[derive(Default)]
+struct Next {
+    coarse: Option<Instant>,
+    precise: Option<Instant>,
+}
+
+impl Next {
+    fn coarse(&mut self, t: Instant) {
+        self.coarse = Some(self.coarse.map_or(t, |c| c.min(t)));
+    }
+    fn precise(&mut self, t: Instant) {
+        self.precise = Some(self.precise.map_or(t, |c| c.min(t)));
+    }
+}
+
+/// A NetPlugin socket descriptor (`ncclProfilerNetSockDescr_v1_t`, spec 2.10).
+#[repr(C)]
+struct SockDescr {
+    ty: u8,
+    fd: i32,
+    op: i32,
+    length: usize,
+}
+
+pub(crate) struct Proxy<'a> {
+    plugin: &'a Plugin,
+    comm: Comm,
+    name: String,
+    hash: u64,
+    rank: i32,
+    world: usize,
+    net: &'a Network,
+    opts: &'a Options,
+    jitter: Jitter,
+    active: Vec<Active>,
+    out: Report,
+    links: BTreeMap<i32, LinkTruth>,
+    /// When each connection (peer, channel, is send) is free for the next transfer's bytes:
+    /// consecutive operations on one connection share it.
+    wires: HashMap<(usize, u8, bool), Instant>,
+    /// How much before a transfer's end the precise wait ends (learnt: the emulator's own delay
+    /// from the end of the wait to the stop call).
+    aim: Duration,
+    sock: Box<SockDescr>,
+}
+
+// SAFETY: the raw pointers inside are opaque plugin values (context, handles) and a descriptor
+// owned by this proxy; NCCL's proxy thread is a different thread from the one that built it.
+unsafe impl Send for Proxy<'_> {}
+
+impl<'a> Proxy<'a> {
+    pub(crate) fn new(
+        plugin: &'a Plugin,
+        comm: Comm,
+        spec: &CommSpec,
+        rank: i32,
+        world: usize,
+        net: &'a Network,
+        opts: &'a Options,
+    ) -> Proxy<'a> {
+        Proxy {
+            plugin,
+            comm,
+            name: spec.name.clone(),
+            hash: spec.hash,
+            rank,
+            world,
+            net,
+            opts,
+            jitter: Jitter::new(net, spec.hash ^ rank as u64),
+            active: Vec::new(),
+            out: Report::default(),
+            links: BTreeMap::new(),
+            wires: HashMap::new(),
+            aim: Duration::ZERO,
+            sock: Box::new(SockDescr {
+                ty: 1,
+                fd: 42,
+                op: 0,
+                length: 0,
+            }),
+        }
+    }
+
+    /// Runs until the user thread closes the queue and every task finished.
+    pub(crate) fn run(mut self, rx: mpsc::Receiver<Task>) -> Report {
+        time::precise_thread();
+        if self.opts.realtime {
+            time::realtime_thread();
+        }
+        let calls_before = plugin::calls_on_this_thread();
+        let mut open = true;
+        let mut idle = true;
+        loop {
+            if self.active.is_empty() {
+                if !idle {
+                    self.ctrl_burst(ty::CTRL_IDLE);
+                }
+                if !open {
+                    break;
+                }
+                let ctrl = self.ctrl_start(ty::CTRL_SLEEP);
+                let msg = rx.recv();
+                self.ctrl_end(ctrl, ty::CTRL_WAKEUP);
+                match msg {
+                    Ok(t) => {
+                        self.ctrl_burst(ty::CTRL_ACTIVE);
+                        idle = false;
+                        let mut tasks = vec![t];
+                        tasks.extend(rx.try_iter());
+                        self.append(tasks);
+                    }
+                    Err(_) => break,
+                }
+            } else if open {
+                let tasks: Vec<Task> = rx.try_iter().collect();
+                if !tasks.is_empty() {
+                    self.append(tasks);
+                }
+            }
+            // A transfer about to end goes first: nothing else may delay its stop.
+            if let Some((p, ai, oi)) = self.next_deadline()
+                && p.saturating_duration_since(Instant::now()) <= PRECISE_GUARD
+            {
+                // Aim early by the usual delay between the end of the wait and the stop call.
+                time::wait_until(p.checked_sub(self.aim).unwrap_or(p));
+                self.stop_front(ai, oi);
+                self.stop_all_due();
+                continue;
+            }
+            let next = self.progress();
+            // Wait for the next action, waking early for new tasks (coarse part only).
+            let now = Instant::now();
+            let wake = match (next.coarse, next.precise) {
+                (Some(c), Some(p)) => Some(c.min(p.checked_sub(time::spin_margin()).unwrap_or(p))),
+                (Some(c), None) => Some(c),
+                (None, Some(p)) => Some(p.checked_sub(time::spin_margin()).unwrap_or(p)),
+                (None, None) => None,
+            };
+            if wake.is_none() && !self.active.is_empty() {
+                // Nothing planned yet (cannot happen with the plans above): never spin flat out.
+                std::thread::sleep(Duration::from_micros(10));
+            }
+            if let Some(wake) = wake.filter(|&w| w > now) {
+                if open {
+                    match rx.recv_timeout(wake - now) {
+                        Ok(t) => {
+                            let mut tasks = vec![t];
+                            tasks.extend(rx.try_iter());
+                            self.append(tasks);
+                            continue;
+                        }
+                        Err(RecvTimeoutError::Disconnected) => open = false,
+                        Err(RecvTimeoutError::Timeout) => {}
+                    }
+                } else {
+                    std::thread::sleep(wake - now);
+                }
+            }
+            if let Some(p) = next.precise
+                && p.saturating_duration_since(Instant::now()) <= time::spin_margin()
+            {
+                time::wait_until(p);
+            }
+        }
+        let mut out = self.out;
+        out.links = self.links.into_values().collect();
+        out.callbacks += plugin::calls_on_this_thread() - calls_before;
+        out
+    }
+
+    /// The earliest end of a transfer in flight: (deadline, task index, op index).
+    fn next_deadline(&self) -> Option<(Instant, usize, usize)> {
+        let mut best: Option<(Instant, usize, usize)> = None;
+        for (ai, a) in self.active.iter().enumerate() {
+            for (oi, o) in a.ops.iter().enumerate() {
+                if let Some(Step { sent: Some(sent), .. }) = o.steps.front()
+                    && best.is_none_or(|b| sent.deadline < b.0)
+                {
+                    best = Some((sent.deadline, ai, oi));
+                }
+            }
+        }
+        best
+    }
+
+    /// Stops every transfer whose time is over, earliest first.
+    fn stop_all_due(&mut self) {
+        while let Some((d, ai, oi)) = self.next_deadline() {
+            if d > Instant::now() {
+                break;
+            }
+            self.stop_front(ai, oi);
+        }
+    }
+
+    fn mask_now(&self) -> i32 {
+        self.opts.mask.unwrap_or_else(|| self.plugin.mask())
+    }
+
+    /// Start of a ProxyCtrl burst with its first state, when the global mask has ProxyCtrl.
+    fn ctrl_start(&self, state: u32) -> H {
+        if !mask::proxy_ctrl(self.mask_now()) {
+            return H::NULL;
+        }
+        let h = self
+            .plugin
+            .start(self.comm.context, &mut descr(ty::PROXY_CTRL, H::NULL, 0));
+        if !h.is_null() {
+            self.plugin.state(h, state, 0);
+        }
+        h
+    }
+
+    fn ctrl_end(&self, h: H, state: u32) {
+        if !h.is_null() {
+            self.plugin.state(h, state, 0);
+            self.plugin.stop(h);
+        }
+    }
+
+    /// A zero-length Idle/Active edge burst.
+    fn ctrl_burst(&self, state: u32) {
+        let h = self.ctrl_start(state);
+        if !h.is_null() {
+            self.plugin.stop(h);
+        }
+    }
+
+    /// Appends tasks: their ProxyOps start inside an Append burst, their kernel channels start.
+    fn append(&mut self, tasks: Vec<Task>) {
+        let ctrl = self.ctrl_start(ty::CTRL_APPEND);
+        let mut appended = 0u64;
+        let now = Instant::now();
+        for task in tasks {
+            let m = task.mask;
+            let ops: Vec<Op> = task
+                .ops
+                .iter()
+                .map(|plan| {
+                    let (context, pid) = if plan.pxn {
+                        // Another process's op: its context (a value that process's plugin
+                        // returned: here, one with our communicator's hash) and pid, and its
+                        // Coll handle as parent: none of them ours to decode (spec 4.3).
+                        (self.comm.context, plugin::pid() + 1)
+                    } else {
+                        (self.comm.context, plugin::pid())
+                    };
+                    let handle = if mask::proxy_op(m) {
+                        appended += 1;
+                        let mut d = proxy_op_descr(
+                            task.root,
+                            pid,
+                            self.rank,
+                            plan.peer,
+                            plan.channel,
+                            plan.steps.len() as i32,
+                            plan.chunk.min(i32::MAX as u64) as i32,
+                            plan.kind == OpKind::Send,
+                        );
+                        self.plugin.start(context, &mut d)
+                    } else {
+                        H::NULL
+                    };
+                    Op {
+                        plan: plan.clone(),
+                        handle,
+                        context,
+                        in_progress: false,
+                        started: 0,
+                        stopped: 0,
+                        steps: VecDeque::new(),
+                        gpu_free: now,
+                        last_trans: 0,
+                        done: plan.kind == OpKind::Abandoned,
+                    }
+                })
+                .collect();
+            let gpu_start = gpu_ns(task.launch, self.opts.gpu_timer_ns);
+            let kernels = task
+                .kernels
+                .iter()
+                .map(|&plan| Kernel {
+                    plan,
+                    handle: if mask::kernel_ch(m) {
+                        self.plugin
+                            .kernel_ch(self.comm.context, task.root, plan.channel, gpu_start)
+                    } else {
+                        H::NULL
+                    },
+                    gpu_start,
+                    done: false,
+                })
+                .collect();
+            self.active.push(Active { task, ops, kernels });
+        }
+        if !ctrl.is_null() {
+            self.plugin.state(ctrl, ty::CTRL_APPEND_END, appended);
+            self.plugin.stop(ctrl);
+        }
+    }
+
+    /// One pass over every active task; returns when something is due next.
+    fn progress(&mut self) -> Next {
+        let mut next = Next::default();
+        self.stop_all_due();
+        let mut active = std::mem::take(&mut self.active);
+        // The earliest transfer end: when it comes near, the rest of this pass waits.
+        let mut near = earliest_deadline(&active);
+        for a in &mut active {
+            let m = a.task.mask;
+            for op in &mut a.ops {
+                if near.is_some_and(|d| d.saturating_duration_since(Instant::now()) <= PRECISE_GUARD) {
+                    next.coarse(Instant::now());
+                    break;
+                }
+                match op.plan.kind {
+                    OpKind::Send => self.progress_send(op, m, &mut a.task.truth, &mut next),
+                    OpKind::Recv => self.progress_recv(op, m, &mut a.task.truth, &mut next),
+                    OpKind::Abandoned => {}
+                }
+                if let Some(Step { sent: Some(sent), .. }) = op.steps.front() {
+                    near = Some(near.map_or(sent.deadline, |d| d.min(sent.deadline)));
+                }
+            }
+            let now = Instant::now();
+            for k in &mut a.kernels {
+                if k.done {
+                    continue;
+                }
+                let finished = match k.plan.end {
+                    KernelEnd::AfterOps => a
+                        .ops
+                        .iter()
+                        .filter(|o| o.plan.channel == k.plan.channel)
+                        .all(|o| o.done),
+                    KernelEnd::After(d) => {
+                        let at = a.task.launch + d;
+                        if now < at {
+                            next.coarse(at);
+                        }
+                        now >= at
+                    }
+                };
+                if finished {
+                    let gpu_stop = match k.plan.end {
+                        KernelEnd::After(d) => gpu_ns(a.task.launch + d, self.opts.gpu_timer_ns),
+                        KernelEnd::AfterOps => gpu_ns(now, self.opts.gpu_timer_ns),
+                    };
+                    if !k.handle.is_null() {
+                        self.plugin.state(k.handle, ty::KERNEL_CH_STOP, gpu_stop);
+                        self.plugin.stop(k.handle);
+                    }
+                    if mask::kernel_ch(m) {
+                        let t = &mut a.task.truth;
+                        t.gpu = Some(
+                            t.gpu
+                                .map_or((k.gpu_start, gpu_stop), |(s, e)| (s.min(k.gpu_start), e.max(gpu_stop))),
+                        );
+                    }
+                    a.task.truth.end = Some(a.task.truth.end.map_or(now, |e| e.max(now)));
+                    k.done = true;
+                }
+            }
+        }
+        let now = Instant::now();
+        for a in active {
+            if a.ops.iter().all(|o| o.done) && a.kernels.iter().all(|k| k.done) {
+                let mut truth = a.task.truth;
+                truth.end.get_or_insert(now);
+                self.out.collectives.push(truth);
+                a.task.done.add();
+            } else {
+                self.active.push(a);
+            }
+        }
+        next
+    }
+
+    /// Stops the sent front step of op `oi` of task `ai` (its transfer time is over).
+    fn stop_front(&mut self, ai: usize, oi: usize) {
+        let (p, opts) = (self.plugin, self.opts);
+        let a = &mut self.active[ai];
+        if let Some(t) = stop_front_op(p, opts, &mut a.ops[oi], a.task.mask, &mut a.task.truth) {
+            // Signed miss of the stop call against the model, folded into `aim` (1/8 per step).
+            if t.miss.abs() < 5e-6 {
+                let aim = self.aim.as_secs_f64() + t.miss / 8.0;
+                self.aim = Duration::from_secs_f64(aim.clamp(0.0, 5e-6));
+            }
+            self.sample(t);
+        }
+    }
+
+    /// Stops every step of `op` whose transfer time is over.
+    fn stop_due(&mut self, op: &mut Op, m: i32, truth: &mut CollTruth) {
+        while let Some(Step { sent: Some(sent), .. }) = op.steps.front() {
+            if Instant::now() < sent.deadline {
+                break;
+            }
+            if let Some(t) = stop_front_op(self.plugin, self.opts, op, m, truth) {
+                self.sample(t);
+            }
+        }
+    }
+
+    fn progress_send(&mut self, op: &mut Op, m: i32, truth: &mut CollTruth, next: &mut Next) {
+        if op.done {
+            return;
+        }
+        let p = self.plugin;
+        if !op.in_progress {
+            if !op.handle.is_null() {
+                p.state(op.handle, ty::OP_IN_PROGRESS, 0);
+            }
+            op.in_progress = true;
+        }
+        let nsteps = op.plan.steps.len();
+        loop {
+            let now = Instant::now();
+            while op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
+                let k = op.started;
+                let bytes = op.plan.steps[k];
+                let handle = if mask::proxy_step(m) {
+                    p.proxy_step(op.context, op.handle, self.rank, k as i32)
+                } else {
+                    H::NULL
+                };
+                if !op.handle.is_null() && !handle.is_null() {
+                    p.state(handle, ty::SEND_GPU_WAIT, op.last_trans);
+                }
+                op.gpu_free = op.gpu_free.max(now) + self.net.gpu_time(bytes);
+                op.steps.push_back(Step {
+                    handle,
+                    bytes,
+                    ready: op.gpu_free,
+                    peer_waits: 0,
+                    next_peer_wait: op.gpu_free,
+                    sent: None,
+                    consumed: None,
+                });
+                op.started += 1;
+            }
+            let states = !op.handle.is_null();
+            // The oldest step not yet accepted by the network.
+            if let Some(s) = op.steps.iter_mut().find(|s| s.sent.is_none()) {
+                let states = states && !s.handle.is_null();
+                if now < s.ready {
+                    next.coarse(s.ready);
+                } else {
+                    let wire = (op.plan.world_peer, op.plan.channel, true);
+                    let accept = self.wires.get(&wire).map_or(s.ready, |&w| s.ready.max(w));
+                    let peer_wait = s.peer_waits == 0
+                        || (now < accept && now >= s.next_peer_wait && s.peer_waits < self.opts.peer_waits);
+                    if peer_wait {
+                        if states {
+                            p.state(s.handle, ty::SEND_PEER_WAIT, op.last_trans);
+                        }
+                        s.peer_waits += 1;
+                        s.next_peer_wait = now + Duration::from_micros(10);
+                    }
+                    if now >= accept {
+                        let f = self.jitter.factor(self.world, op.plan.world_peer, s.bytes);
+                        let planned = op.plan.link.transfer(s.bytes).mul_f64(f);
+                        let t0 = Instant::now();
+                        if states {
+                            p.state(s.handle, ty::SEND_WAIT, s.bytes);
+                        }
+                        let call = t0.elapsed();
+                        op.last_trans = s.bytes;
+                        self.wires.insert(wire, t0 + op.plan.link.wire(s.bytes).mul_f64(f));
+                        let net = if states && self.opts.net_plugin && mask::net_plugin(m) {
+                            let sock = &mut *self.sock as *mut SockDescr as *mut c_void;
+                            let mut d = net_plugin_descr(s.handle, self.rank, 0x20001, sock);
+                            let h = p.start(op.context, &mut d);
+                            p.state(h, ty::NET_PLUGIN_UPDATE, sock as u64); // NCCL does not check for NULL
+                            h
+                        } else {
+                            H::NULL
+                        };
+                        s.sent = Some(Sent {
+                            t0,
+                            deadline: t0 + planned,
+                            call,
+                            net,
+                        });
+                        continue; // the next step may be ready as well
+                    }
+                    if s.peer_waits < self.opts.peer_waits {
+                        next.coarse(s.next_peer_wait.min(accept));
+                    } else {
+                        next.coarse(accept);
+                    }
+                }
+            }
+            // Completions come in order on one connection.
+            let stopped = op.stopped;
+            self.stop_due(op, m, truth);
+            if op.stopped > stopped {
+                continue;
+            }
+            if let Some(Step { sent: Some(sent), .. }) = op.steps.front() {
+                next.precise(sent.deadline);
+            }
+            break;
+        }
+        if op.stopped == nsteps {
+            let t = Instant::now();
+            if !op.handle.is_null() {
+                p.stop(op.handle);
+            }
+            op.done = true;
+            if !op.plan.pxn {
+                truth.last_send_stop = Some(truth.last_send_stop.map_or(t, |e| e.max(t)));
+            }
+            truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
+        }
+    }
+
+    fn progress_recv(&mut self, op: &mut Op, m: i32, truth: &mut CollTruth, next: &mut Next) {
+        if op.done {
+            return;
+        }
+        let p = self.plugin;
+        if !op.in_progress {
+            if !op.handle.is_null() {
+                p.state(op.handle, ty::OP_IN_PROGRESS, 0);
+            }
+            op.in_progress = true;
+        }
+        let nsteps = op.plan.steps.len();
+        let now = Instant::now();
+        while op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
+            let k = op.started;
+            let bytes = op.plan.steps[k];
+            let mut handle = H::NULL;
+            if mask::proxy_step(m) {
+                handle = p.proxy_step(op.context, op.handle, self.rank, k as i32);
+                if self.opts.restart_recv && k == 0 {
+                    // irecv did not post: the next pass starts the same step again and NCCL
+                    // overwrites the handle; the first one never gets a state or a stop.
+                    handle = p.proxy_step(op.context, op.handle, self.rank, k as i32);
+                }
+            }
+            if !op.handle.is_null() && !handle.is_null() {
+                p.state(handle, ty::RECV_WAIT, op.last_trans);
+            }
+            let link = op.plan.link;
+            let wire = self
+                .wires
+                .entry((op.plan.world_peer, op.plan.channel, false))
+                .or_insert(now);
+            *wire = (now + link.transfer(bytes)).max(*wire + link.wire(bytes));
+            op.steps.push_back(Step {
+                handle,
+                bytes,
+                ready: *wire,
+                peer_waits: 0,
+                next_peer_wait: now,
+                sent: None,
+                consumed: None,
+            });
+            op.started += 1;
+        }
+        while let Some(s) = op.steps.front_mut() {
+            let states = !op.handle.is_null() && !s.handle.is_null();
+            let now = Instant::now();
+            match s.consumed {
+                None if now >= s.ready => {
+                    if states {
+                        p.state(s.handle, ty::RECV_FLUSH_WAIT, s.bytes);
+                        p.state(s.handle, ty::RECV_GPU_WAIT, s.bytes);
+                    }
+                    op.last_trans = s.bytes;
+                    s.consumed = Some(now + self.net.gpu_time(s.bytes));
+                }
+                None => {
+                    next.coarse(s.ready);
+                    break;
+                }
+                Some(c) if now >= c => {
+                    if !s.handle.is_null() {
+                        p.stop(s.handle);
+                    }
+                    op.steps.pop_front();
+                    op.stopped += 1;
+                }
+                Some(c) => {
+                    next.coarse(c);
+                    break;
+                }
+            }
+        }
+        if op.stopped == nsteps {
+            let t = Instant::now();
+            if !op.handle.is_null() {
+                p.stop(op.handle);
+            }
+            op.done = true;
+            truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
+        } else if op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
+            next.coarse(Instant::now());
+        }
+    }
+
+    /// Records one timed send transfer.
+    fn sample(&mut self, t: Timed) {
+        let Timed {
+            peer,
+            world_peer,
+            configured,
+            bytes,
+            secs,
+            late,
+            ..
+        } = t;
+        let link = self.links.entry(peer).or_insert_with(|| LinkTruth {
+            comm: self.name.clone(),
+            hash: self.hash,
+            rank: self.rank,
+            peer,
+            src: self.world,
+            dst: world_peer,
+            configured,
+            samples: Vec::new(),
+            disturbed: 0,
+            late: Duration::ZERO,
+            max_late: Duration::ZERO,
+        });
+        let disturbed = late > DISTURBED;
+        link.samples.push((bytes, secs));
+        link.disturbed += u64::from(disturbed);
+        link.late += late;
+        link.max_late = link.max_late.max(late);
+        self.out.max_late = self.out.max_late.max(late);
+        self.out.steps += 1;
+        self.out.disturbed += u64::from(disturbed);
+    }
+}
+
+/// The earliest end of a transfer in flight.
+fn earliest_deadline(active: &[Active]) -> Option<Instant> {
+    active
+        .iter()
+        .flat_map(|a| &a.ops)
+        .filter_map(|o| o.steps.front()?.sent.as_ref().map(|s| s.deadline))
+        .min()
+}
+
+/// One finished send transfer as the emulator timed it; `late` is how much later than the model
+/// the emulator made its calls.
+struct Timed {
+    peer: i32,
+    world_peer: usize,
+    configured: Link,
+    bytes: u64,
+    secs: f64,
+    late: Duration,
+    /// Stop call time minus the model's end, seconds (negative when early).
+    miss: f64,
+}
+
+/// Stops the sent front step of `op` and returns its timing. The stop call comes first:
+/// bookkeeping must not delay it.
+fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut CollTruth) -> Option<Timed> {
+    let states = !op.handle.is_null();
+    let Some(Step {
+        handle,
+        bytes,
+        sent: Some(sent),
+        ..
+    }) = op.steps.front()
+    else {
+        return None;
+    };
+    let (handle, bytes) = (*handle, *bytes);
+    if opts.net_plugin && mask::net_plugin(m) && states && !handle.is_null() {
+        p.stop(sent.net);
+    }
+    let before = Instant::now();
+    if !handle.is_null() {
+        p.stop(handle);
+    }
+    let after = Instant::now();
+    // A call costs what it costs (both ends pay it); one that took long was preempted.
+    let excess = |d: Duration| d.saturating_sub(CALL_BUDGET);
+    let miss = if before >= sent.deadline {
+        (before - sent.deadline).as_secs_f64()
+    } else {
+        -(sent.deadline - before).as_secs_f64()
+    };
+    let late = Duration::from_secs_f64(miss.abs()) + excess(sent.call) + excess(after - before);
+    let secs = (before - sent.t0).as_secs_f64();
+    op.steps.pop_front();
+    op.stopped += 1;
+    if !op.plan.pxn {
+        truth.send_steps += 1;
+    }
+    Some(Timed {
+        peer: op.plan.peer,
+        world_peer: op.plan.world_peer,
+        configured: op.plan.link,
+        bytes,
+        secs,
+        late,
+        miss,
+    })
+}

@@ -1,0 +1,197 @@
+//! What the emulator knows independently of the plugin: the configured links, and its own
+//! clock readings around every callback that matters.
+//!
+//! Times are taken with `Instant::now()` right before the callback whose timestamp the plugin
+//! uses (Coll start, SendWait, step stop, ProxyOp stop), so the plugin's figure and the
+//! emulator's differ by the cost of one call, tens of nanoseconds.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::net::Link;
+use super::workload::Func;
+
+/// One Coll or P2p task on one emulated rank.
+#[derive(Clone, Debug)]
+pub struct CollTruth {
+    /// Communicator name and hash.
+    pub comm: String,
+    pub hash: u64,
+    /// Rank in the communicator (the plugin's `CommMeta::rank`) and in the world.
+    pub rank: i32,
+    pub world_rank: usize,
+    /// The iteration of the workload that issued it.
+    pub iteration: usize,
+    pub func: Func,
+    /// `seqNumber` (per communicator and function) for collectives; the peer for P2p.
+    pub seq: u64,
+    pub peer: Option<i32>,
+    /// `count` and datatype as in the descriptor; `bytes` = count × datatype size.
+    pub count: u64,
+    pub dtype: &'static str,
+    pub bytes: u64,
+    /// Right before the Coll/P2p `startEvent`.
+    pub start: Instant,
+    /// How long that `startEvent` call took: the plugin read its clock somewhere inside, so
+    /// this bounds how far its start can be from `start`.
+    pub start_call: Duration,
+    /// Right before the last `stopEvent` of a local network send ProxyOp of this task (PXN ops
+    /// excluded: another process reports them). `None` without such ops.
+    pub last_send_stop: Option<Instant>,
+    /// When the last of its proxy or kernel activity ended (receives included).
+    pub end: Option<Instant>,
+    /// Earliest KernelCh start and latest KernelCh stop, GPU nanoseconds, when KernelCh ran.
+    pub gpu: Option<(u64, u64)>,
+    /// Send steps (network transfers) under its local ProxyOps.
+    pub send_steps: u64,
+}
+
+impl CollTruth {
+    /// Start → last local send ProxyOp stop: what the plugin can see of a task with network
+    /// sends. Falls back to the GPU time of its kernel channels without network sends.
+    pub fn duration(&self) -> Option<Duration> {
+        match (self.last_send_stop, self.gpu) {
+            (Some(stop), _) => Some(stop.saturating_duration_since(self.start)),
+            (None, Some((a, b))) => Some(Duration::from_nanos(b.saturating_sub(a))),
+            (None, None) => None,
+        }
+    }
+
+    /// Start → end of all its activity, receives included.
+    pub fn full_duration(&self) -> Option<Duration> {
+        self.end.map(|e| e.saturating_duration_since(self.start))
+    }
+}
+
+/// Transfers from one emulated rank to one peer over one communicator (the plugin's
+/// `LinkGroup` of that rank's communicator).
+#[derive(Clone, Debug)]
+pub struct LinkTruth {
+    pub comm: String,
+    pub hash: u64,
+    /// Sending and receiving rank in the communicator, as ProxyOps report them.
+    pub rank: i32,
+    pub peer: i32,
+    /// The same in world ranks (the network's link).
+    pub src: usize,
+    pub dst: usize,
+    /// The configured link.
+    pub configured: Link,
+    /// Every transfer as the emulator timed it: (bytes, SendWait → stop seconds).
+    pub samples: Vec<(u64, f64)>,
+    /// Transfers whose emulation the host disturbed (the thread ran late by more than
+    /// [`DISTURBED`]): their time is longer than the model says.
+    pub disturbed: u64,
+    /// Total time the emulator's calls came later than the model (sum over transfers).
+    pub late: Duration,
+    /// The largest lateness of one transfer: a host stall longer than the plugin's telemetry
+    /// interval can make the plugin give up on an event (counted as unfinished or late).
+    pub max_late: Duration,
+}
+
+/// Lateness past which a transfer counts as disturbed.
+pub const DISTURBED: Duration = Duration::from_micros(5);
+
+impl LinkTruth {
+    pub fn transfers(&self) -> u64 {
+        self.samples.len() as u64
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.samples.iter().map(|s| s.0).sum()
+    }
+
+    /// (latency s, bandwidth B/s) fitted to the emulator's own timings.
+    pub fn measured(&self) -> Option<(f64, f64)> {
+        fit(&self.samples)
+    }
+}
+
+/// Everything between two world ranks, over all communicators.
+#[derive(Clone, Debug)]
+pub struct WorldLink {
+    pub src: usize,
+    pub dst: usize,
+    pub configured: Link,
+    pub samples: Vec<(u64, f64)>,
+    pub disturbed: u64,
+}
+
+impl WorldLink {
+    pub fn measured(&self) -> Option<(f64, f64)> {
+        fit(&self.samples)
+    }
+}
+
+/// What one [`super::Workload::run`] did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Wall time from the first `init` to the last `finalize`.
+    pub elapsed: Duration,
+    /// Every Coll/P2p task, by (comm, rank, start).
+    pub collectives: Vec<CollTruth>,
+    /// Per (comm, rank, peer) with network sends.
+    pub links: Vec<LinkTruth>,
+    /// Plugin callbacks made.
+    pub callbacks: u64,
+    /// Network send steps emulated, and how many of them the host disturbed.
+    pub steps: u64,
+    pub disturbed: u64,
+    /// The largest lateness of one transfer (see [`LinkTruth::max_late`]).
+    pub max_late: Duration,
+}
+
+impl Report {
+    /// The link of communicator `hash` from `rank` to `peer` (communicator ranks).
+    pub fn link(&self, hash: u64, rank: i32, peer: i32) -> Option<&LinkTruth> {
+        self.links
+            .iter()
+            .find(|l| l.hash == hash && l.rank == rank && l.peer == peer)
+    }
+
+    /// Links by world rank pair, merged over communicators, sorted by (src, dst).
+    pub fn world_links(&self) -> Vec<WorldLink> {
+        let mut m: BTreeMap<(usize, usize), WorldLink> = BTreeMap::new();
+        for l in &self.links {
+            let w = m.entry((l.src, l.dst)).or_insert_with(|| WorldLink {
+                src: l.src,
+                dst: l.dst,
+                configured: l.configured,
+                samples: Vec::new(),
+                disturbed: 0,
+            });
+            w.samples.extend_from_slice(&l.samples);
+            w.disturbed += l.disturbed;
+        }
+        m.into_values().collect()
+    }
+
+    /// Fraction of send steps the host disturbed.
+    pub fn disturbed_fraction(&self) -> f64 {
+        self.disturbed as f64 / self.steps.max(1) as f64
+    }
+
+    pub(crate) fn sort(&mut self) {
+        self.collectives.sort_by_key(|c| (c.hash, c.rank, c.start));
+        self.links.sort_by_key(|l| (l.hash, l.rank, l.peer));
+    }
+}
+
+/// Ordinary least squares of seconds on bytes: (latency = intercept, bandwidth = 1 / slope).
+/// The emulator's own fit, independent of the plugin's.
+pub fn fit(samples: &[(u64, f64)]) -> Option<(f64, f64)> {
+    let n = samples.len() as f64;
+    if samples.len() < 2 {
+        return None;
+    }
+    let mx = samples.iter().map(|s| s.0 as f64).sum::<f64>() / n;
+    let my = samples.iter().map(|s| s.1).sum::<f64>() / n;
+    let (mut sxx, mut sxy) = (0.0, 0.0);
+    for &(x, y) in samples {
+        let dx = x as f64 - mx;
+        sxx += dx * dx;
+        sxy += dx * (y - my);
+    }
+    let slope = sxy / sxx;
+    (sxx > 0.0 && slope > 0.0).then(|| (my - slope * mx, 1.0 / slope))
+}

@@ -1,0 +1,937 @@
+//! Workloads: communicators, the calls each issues per iteration, and the user threads that
+//! issue them the way NCCL's blocking communicators do (spec 3.4, 3.5).
+//!
+//! Threads. Every world rank with at least one emulated (communicator, rank) gets a user thread
+//! (standing for that rank's process): it calls `init` for each of its communicators, starts
+//! one proxy thread per communicator (spec 3.1, see `proxy.rs`), issues the calls iteration by
+//! iteration, waits at the end of each iteration until its proxies finished it (a training
+//! step's synchronisation), then closes its proxies, joins them and calls `finalize` (spec 1.5).
+//!
+//! Per call on the user thread (v4 hierarchy): Group start, Coll (or one P2p per send and
+//! receive) start with `parentObj` = Group, `seqNumber` per communicator and function; the
+//! Coll/P2p and Group stop; only then the proxy ops are handed to the proxy thread, so the
+//! proxy uses an already stopped Coll as parent. Types are started only when NCCL would, from
+//! the activation mask read at the call (spec 3.2).
+//!
+//! Ring collectives (per channel, `n` ranks, `chunk_bytes` per network transfer at most):
+//! AllReduce sends and receives `2(n-1)` slices of `bytes / channels / n`; AllGather and
+//! ReduceScatter `n-1` slices of the per-rank bytes / channels; Broadcast pipelines
+//! `bytes / channels` from the root (the root's predecessor sends nothing). Send/Recv move
+//! `bytes / channels`. Only directions between nodes get ProxyOps (spec 3.6); a 1-rank
+//! communicator or a zero count emits nothing (spec 3.12).
+
+use std::ffi::CStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::net::Network;
+use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr};
+use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
+use super::time;
+use super::truth::{CollTruth, Report};
+
+/// Collective and point-to-point functions (descriptor `func`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Func {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+    Send,
+    Recv,
+}
+
+impl Func {
+    pub const ALL: [Func; 6] = [
+        Func::AllReduce,
+        Func::AllGather,
+        Func::ReduceScatter,
+        Func::Broadcast,
+        Func::Send,
+        Func::Recv,
+    ];
+
+    /// The string NCCL passes (and the plugin's `Func::as_str`).
+    pub fn name(self) -> &'static str {
+        self.cname().to_str().unwrap_or("")
+    }
+
+    pub fn cname(self) -> &'static CStr {
+        match self {
+            Func::AllReduce => c"AllReduce",
+            Func::AllGather => c"AllGather",
+            Func::ReduceScatter => c"ReduceScatter",
+            Func::Broadcast => c"Broadcast",
+            Func::Send => c"Send",
+            Func::Recv => c"Recv",
+        }
+    }
+}
+
+/// Element types (descriptor `datatype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    Int8,
+    Float16,
+    Bfloat16,
+    Float32,
+    Float64,
+}
+
+impl Dtype {
+    pub fn cname(self) -> &'static CStr {
+        match self {
+            Dtype::Int8 => c"ncclInt8",
+            Dtype::Float16 => c"ncclFloat16",
+            Dtype::Bfloat16 => c"ncclBfloat16",
+            Dtype::Float32 => c"ncclFloat32",
+            Dtype::Float64 => c"ncclFloat64",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.cname().to_str().unwrap_or("")
+    }
+
+    pub fn size(self) -> u64 {
+        match self {
+            Dtype::Int8 => 1,
+            Dtype::Float16 | Dtype::Bfloat16 => 2,
+            Dtype::Float32 => 4,
+            Dtype::Float64 => 8,
+        }
+    }
+}
+
+/// Algorithms emulated: ring, and CollNet (proxy ops that are never stopped, spec 3.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    Ring,
+    CollnetDirect,
+}
+
+impl Algo {
+    pub fn cname(self) -> &'static CStr {
+        match self {
+            Algo::Ring => c"RING",
+            Algo::CollnetDirect => c"COLLNET_DIRECT",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    Simple,
+    Ll,
+    Ll128,
+}
+
+impl Proto {
+    pub fn cname(self) -> &'static CStr {
+        match self {
+            Proto::Simple => c"SIMPLE",
+            Proto::Ll => c"LL",
+            Proto::Ll128 => c"LL128",
+        }
+    }
+}
+
+/// One NCCL call, issued by every emulated rank of a communicator.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Call {
+    /// A collective; `count` in `dtype` elements as NCCL reports it (per rank for AllGather
+    /// and ReduceScatter).
+    Coll {
+        func: Func,
+        count: u64,
+        dtype: Dtype,
+        root: i32,
+        algo: Algo,
+        proto: Proto,
+    },
+    /// In one group: send to `rank + shift`, receive from `rank - shift` (a pipeline stage).
+    SendRecv { shift: usize, count: u64, dtype: Dtype },
+    /// AlltoAll: decomposed by NCCL into a Send and a Recv per other rank (spec 3.5).
+    AlltoAll { count: u64, dtype: Dtype },
+}
+
+impl Call {
+    fn coll(func: Func, count: u64, dtype: Dtype) -> Call {
+        Call::Coll {
+            func,
+            count,
+            dtype,
+            root: 0,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+        }
+    }
+
+    /// Float32 AllReduce of `bytes`.
+    pub fn all_reduce(bytes: u64) -> Call {
+        Call::coll(Func::AllReduce, bytes / 4, Dtype::Float32)
+    }
+
+    /// AllGather of `bytes` per rank (NCCL reports it as int8 bytes).
+    pub fn all_gather(bytes: u64) -> Call {
+        Call::coll(Func::AllGather, bytes, Dtype::Int8)
+    }
+
+    /// Float32 ReduceScatter of `bytes` per rank.
+    pub fn reduce_scatter(bytes: u64) -> Call {
+        Call::coll(Func::ReduceScatter, bytes / 4, Dtype::Float32)
+    }
+
+    /// Broadcast of `bytes` from `root`.
+    pub fn broadcast(bytes: u64, root: i32) -> Call {
+        let mut c = Call::coll(Func::Broadcast, bytes, Dtype::Int8);
+        if let Call::Coll { root: r, .. } = &mut c {
+            *r = root;
+        }
+        c
+    }
+
+    /// Send `bytes` to `rank + shift`, receive from `rank - shift`.
+    pub fn send_recv(shift: usize, bytes: u64) -> Call {
+        Call::SendRecv {
+            shift,
+            count: bytes / 4,
+            dtype: Dtype::Float32,
+        }
+    }
+
+    /// AlltoAll of `bytes` per peer.
+    pub fn all_to_all(bytes: u64) -> Call {
+        Call::AlltoAll {
+            count: bytes / 4,
+            dtype: Dtype::Float32,
+        }
+    }
+
+    /// The same collective with the CollNet algorithm.
+    pub fn collnet(self) -> Call {
+        match self {
+            Call::Coll { .. } => self.with(|a, _| *a = Algo::CollnetDirect),
+            c => c,
+        }
+    }
+
+    /// The same collective with protocol `p`.
+    pub fn proto(self, p: Proto) -> Call {
+        self.with(|_, proto| *proto = p)
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Algo, &mut Proto)) -> Call {
+        if let Call::Coll { algo, proto, .. } = &mut self {
+            f(algo, proto);
+        }
+        self
+    }
+
+    /// Bytes per rank as the plugin computes them (`count × datatype size`).
+    pub fn bytes(&self) -> u64 {
+        match *self {
+            Call::Coll { count, dtype, .. } | Call::SendRecv { count, dtype, .. } | Call::AlltoAll { count, dtype } => {
+                count * dtype.size()
+            }
+        }
+    }
+}
+
+/// A communicator: its members (world ranks; the index is the communicator rank), channels,
+/// and the calls it issues each iteration.
+#[derive(Clone, Debug)]
+pub struct CommSpec {
+    pub name: String,
+    /// NCCL's `commHash`; unique per `CommSpec::new` in this process unless set.
+    pub hash: u64,
+    pub members: Vec<usize>,
+    pub channels: u8,
+    pub calls: Vec<Call>,
+    /// Communicator ranks emulated in this process; `None` = all.
+    pub local: Option<Vec<i32>>,
+}
+
+impl CommSpec {
+    pub fn new(name: &str, members: impl IntoIterator<Item = usize>) -> CommSpec {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+        let fnv = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        CommSpec {
+            name: name.to_owned(),
+            hash: fnv ^ unique.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(std::process::id()) << 40,
+            members: members.into_iter().collect(),
+            channels: 1,
+            calls: Vec::new(),
+            local: None,
+        }
+    }
+
+    pub fn channels(mut self, n: u8) -> CommSpec {
+        assert!(n > 0);
+        self.channels = n;
+        self
+    }
+
+    pub fn call(mut self, c: Call) -> CommSpec {
+        self.calls.push(c);
+        self
+    }
+
+    pub fn calls(mut self, c: impl IntoIterator<Item = Call>) -> CommSpec {
+        self.calls.extend(c);
+        self
+    }
+
+    /// Emulates only these communicator ranks here.
+    pub fn emulate(mut self, ranks: impl IntoIterator<Item = i32>) -> CommSpec {
+        self.local = Some(ranks.into_iter().collect());
+        self
+    }
+
+    pub fn with_hash(mut self, hash: u64) -> CommSpec {
+        self.hash = hash;
+        self
+    }
+
+    fn emulates(&self, rank: i32) -> bool {
+        self.local.as_ref().is_none_or(|l| l.contains(&rank))
+    }
+
+    pub fn nranks(&self) -> i32 {
+        self.members.len() as i32
+    }
+}
+
+/// Knobs of the emulated NCCL.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Times every communicator issues its calls.
+    pub iterations: usize,
+    /// `None`: the activation mask the plugin set in `init`, as NCCL reads it. `Some`: this mask
+    /// instead (e.g. every type, to test what the plugin declines).
+    pub mask: Option<i32>,
+    /// Largest network transfer (NCCL's chunk: buffer size / 8 steps).
+    pub chunk_bytes: u64,
+    /// Steps in flight per ProxyOp (NCCL: 8).
+    pub max_in_flight: usize,
+    /// Most SendPeerWait states per step (repeated while the link is busy; at least 1).
+    pub peer_waits: u32,
+    /// The send op of the last channel (of collectives with 2+ channels) is reported as a PXN
+    /// op from another process: foreign pid, a context and parent that are not ours to decode.
+    pub pxn: bool,
+    /// The first receive step of every receive op is started twice; the first handle is
+    /// abandoned (spec 3.7).
+    pub restart_recv: bool,
+    /// NetPlugin events under each send step when the mask asks (NCCL built with
+    /// `NET_PROFILER=1`, spec 3.10).
+    pub net_plugin: bool,
+    /// Broadcast converted to AllGatherV (NCCL 2.30's default, spec 3.12): a v4 plugin sees
+    /// nothing of it.
+    pub broadcast_as_allgatherv: bool,
+    /// `%globaltimer` granularity in ns.
+    pub gpu_timer_ns: u64,
+    /// Proxy threads ask for real-time priority (granted to root or CAP_SYS_NICE), so a busy
+    /// host delays their transfer ends less.
+    pub realtime: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            iterations: 1,
+            mask: None,
+            chunk_bytes: 4 << 20,
+            max_in_flight: 8,
+            peer_waits: 2,
+            pxn: false,
+            restart_recv: false,
+            net_plugin: false,
+            broadcast_as_allgatherv: false,
+            gpu_timer_ns: 32,
+            realtime: true,
+        }
+    }
+}
+
+/// A network, communicators and options: [`Workload::run`] drives a plugin with them and
+/// returns the emulator's own [`Report`].
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub net: Network,
+    pub comms: Vec<CommSpec>,
+    pub options: Options,
+}
+
+/// Completed tasks of one user thread, awaited at the end of each iteration. Lock-free: a
+/// real-time proxy thread must never wait for a preempted user thread holding a lock.
+pub(crate) struct Done {
+    count: AtomicU64,
+    waiter: std::thread::Thread,
+}
+
+impl Done {
+    fn new() -> Done {
+        Done {
+            count: AtomicU64::new(0),
+            waiter: std::thread::current(),
+        }
+    }
+
+    pub(crate) fn add(&self) {
+        self.count.fetch_add(1, Ordering::Release);
+        self.waiter.unpark();
+    }
+
+    /// Called on: the thread that created it.
+    fn wait_for(&self, n: u64) {
+        while self.count.load(Ordering::Acquire) < n {
+            std::thread::park_timeout(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Builds a task's truth: (function, seq, peer, count, datatype, (before, after) its start call).
+type TruthOf<'a> = dyn Fn(Func, u64, Option<i32>, u64, Dtype, (Instant, Instant)) -> CollTruth + 'a;
+
+/// One emulated (communicator, rank) on its user thread.
+struct Instance<'w> {
+    spec: &'w CommSpec,
+    comm: Comm,
+    rank: i32,
+    seq: [u64; Func::ALL.len()],
+    tx: mpsc::Sender<Task>,
+}
+
+/// What a user thread hands back.
+#[derive(Default)]
+struct RankOut {
+    report: Report,
+}
+
+impl Workload {
+    pub fn new(net: Network) -> Workload {
+        Workload {
+            net,
+            comms: Vec::new(),
+            options: Options::default(),
+        }
+    }
+
+    pub fn comm(mut self, spec: CommSpec) -> Workload {
+        assert!(
+            spec.members.iter().all(|&m| m < self.net.ranks),
+            "{} has ranks outside the network",
+            spec.name
+        );
+        self.comms.push(spec);
+        self
+    }
+
+    pub fn iterations(mut self, n: usize) -> Workload {
+        self.options.iterations = n;
+        self
+    }
+
+    pub fn options(mut self, f: impl FnOnce(&mut Options)) -> Workload {
+        f(&mut self.options);
+        self
+    }
+
+    /// A training-like job on `ranks` ranks, `ranks_per_node` per node: data-parallel gradient
+    /// AllReduces of mixed sizes on the world, an AllGather/ReduceScatter pair (sharded
+    /// optimizer) on the world, a pipeline Send/Recv on a communicator of every other rank, and
+    /// a small AlltoAll (expert routing) that touches every link.
+    pub fn training(net: Network, iterations: usize) -> Workload {
+        let ranks = net.ranks;
+        let world = CommSpec::new("dp", 0..ranks).channels(2).calls([
+            Call::all_reduce(64 << 20),
+            Call::all_reduce(8 << 20),
+            Call::all_reduce(1 << 20),
+            Call::all_gather(4 << 20),
+            Call::reduce_scatter(4 << 20),
+            Call::all_to_all(256 << 10),
+            Call::all_to_all(2 << 20),
+        ]);
+        let pp = CommSpec::new("pp", (0..ranks).step_by(2)).calls([Call::send_recv(1, 2 << 20)]);
+        let mut w = Workload::new(net).comm(world).iterations(iterations);
+        if ranks >= 4 {
+            w = w.comm(pp);
+        }
+        w
+    }
+
+    /// Runs the workload through `plugin` and returns the emulator's measurements.
+    pub fn run(&self, plugin: &Plugin) -> Report {
+        self.run_with_progress(plugin, &|_, _| {})
+    }
+
+    /// [`Workload::run`], calling `progress(done, total)` whenever a rank finishes an iteration.
+    pub fn run_with_progress(&self, plugin: &Plugin, progress: &(dyn Fn(usize, usize) + Sync)) -> Report {
+        let ranks: Vec<usize> = (0..self.net.ranks)
+            .filter(|&w| {
+                self.comms.iter().any(|c| {
+                    c.members
+                        .iter()
+                        .position(|&m| m == w)
+                        .is_some_and(|r| c.emulates(r as i32))
+                })
+            })
+            .collect();
+        let total = ranks.len() * self.options.iterations;
+        let finished = AtomicUsize::new(0);
+        // NCCL frees the communicators of one process together (spec 1.5); here that also keeps
+        // a communicator that serves another rank's PXN ops alive until those are done.
+        let all_done = std::sync::Barrier::new(ranks.len());
+        let t0 = Instant::now();
+        let outs: Vec<RankOut> = std::thread::scope(|s| {
+            let handles: Vec<_> = ranks
+                .iter()
+                .map(|&w| {
+                    let (finished, all_done) = (&finished, &all_done);
+                    std::thread::Builder::new()
+                        .name(format!("emu-user-{w}"))
+                        .spawn_scoped(s, move || {
+                            self.rank_thread(s, plugin, w, all_done, &|| {
+                                progress(finished.fetch_add(1, Ordering::Relaxed) + 1, total)
+                            })
+                        })
+                        .expect("spawn user thread")
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("user thread")).collect()
+        });
+        let mut report = Report {
+            elapsed: t0.elapsed(),
+            ..Report::default()
+        };
+        for o in outs {
+            let r = o.report;
+            report.collectives.extend(r.collectives);
+            report.links.extend(r.links);
+            report.callbacks += r.callbacks;
+            report.steps += r.steps;
+            report.disturbed += r.disturbed;
+            report.max_late = report.max_late.max(r.max_late);
+        }
+        report.sort();
+        report
+    }
+
+    /// The user thread of world rank `w`.
+    fn rank_thread<'s, 'w: 's>(
+        &'w self,
+        s: &'s std::thread::Scope<'s, 'w>,
+        plugin: &'w Plugin,
+        w: usize,
+        all_done: &std::sync::Barrier,
+        iteration_done: &dyn Fn(),
+    ) -> RankOut {
+        time::precise_thread();
+        if self.options.realtime {
+            // Also the user thread: a preemption between its clock reading and the plugin's
+            // (inside `startEvent`) would blur the collective's start.
+            time::realtime_thread();
+        }
+        let calls_before = plugin::calls_on_this_thread();
+        let done = Arc::new(Done::new());
+        let mut instances = Vec::new();
+        let mut proxies = Vec::new();
+        for spec in &self.comms {
+            let Some(rank) = spec.members.iter().position(|&m| m == w).map(|r| r as i32) else {
+                continue;
+            };
+            if !spec.emulates(rank) {
+                continue;
+            }
+            let nodes = self.net.nodes(&spec.members) as i32;
+            let (comm, _) = plugin.init(Some(&spec.name), spec.hash, nodes, spec.nranks(), rank);
+            let (tx, rx) = mpsc::channel();
+            let proxy = proxy::Proxy::new(plugin, comm, spec, rank, w, &self.net, &self.options);
+            let handle = std::thread::Builder::new()
+                .name(format!("emu-proxy-{}-{rank}", spec.name))
+                .spawn_scoped(s, move || proxy.run(rx))
+                .expect("spawn proxy thread");
+            proxies.push(handle);
+            instances.push(Instance {
+                spec,
+                comm,
+                rank,
+                seq: [0; Func::ALL.len()],
+                tx,
+            });
+        }
+        let mut issued = 0u64;
+        for it in 0..self.options.iterations {
+            for inst in &mut instances {
+                for call in &inst.spec.calls {
+                    issued += self.issue(plugin, inst, w, call, it, &done);
+                }
+            }
+            done.wait_for(issued);
+            iteration_done();
+        }
+        let comms: Vec<Comm> = instances.iter().map(|i| i.comm).collect();
+        drop(instances); // closes the proxies' queues
+        let mut out = RankOut::default();
+        for h in proxies {
+            let r = h.join().expect("proxy thread");
+            out.report.collectives.extend(r.collectives);
+            out.report.links.extend(r.links);
+            out.report.callbacks += r.callbacks;
+            out.report.steps += r.steps;
+            out.report.disturbed += r.disturbed;
+            out.report.max_late = out.report.max_late.max(r.max_late);
+        }
+        all_done.wait();
+        for c in comms {
+            plugin.finalize(c.context);
+        }
+        out.report.callbacks += plugin::calls_on_this_thread() - calls_before;
+        out
+    }
+
+    /// The mask NCCL would sample at an API call now.
+    fn mask(&self, plugin: &Plugin) -> i32 {
+        self.options.mask.unwrap_or_else(|| plugin.mask())
+    }
+
+    /// Issues one call on one instance; returns the number of proxy tasks posted.
+    fn issue(
+        &self,
+        plugin: &Plugin,
+        inst: &mut Instance<'_>,
+        w: usize,
+        call: &Call,
+        it: usize,
+        done: &Arc<Done>,
+    ) -> u64 {
+        let n = inst.spec.nranks();
+        if n <= 1 || call.bytes() == 0 {
+            return 0; // spec 3.12: nothing at all
+        }
+        let m = self.mask(plugin);
+        let (spec, rank) = (inst.spec, inst.rank);
+        let truth =
+            move |func: Func, seq: u64, peer: Option<i32>, count: u64, dtype: Dtype, start: (Instant, Instant)| {
+                CollTruth {
+                    comm: spec.name.clone(),
+                    hash: spec.hash,
+                    rank,
+                    world_rank: w,
+                    iteration: it,
+                    func,
+                    seq,
+                    peer,
+                    count,
+                    dtype: dtype.name(),
+                    bytes: count * dtype.size(),
+                    start: start.0,
+                    start_call: start.1 - start.0,
+                    last_send_stop: None,
+                    end: None,
+                    gpu: None,
+                    send_steps: 0,
+                }
+            };
+        match *call {
+            Call::Coll {
+                func,
+                count,
+                dtype,
+                root,
+                algo,
+                proto,
+            } => {
+                if func == Func::Broadcast && self.options.broadcast_as_allgatherv {
+                    return 0;
+                }
+                let group = if mask::group(m) {
+                    plugin.group(&inst.comm)
+                } else {
+                    H::NULL
+                };
+                let seq = inst.seq[func as usize];
+                inst.seq[func as usize] += 1;
+                let mut d = coll_descr(
+                    inst.rank,
+                    group,
+                    func.cname().as_ptr(),
+                    algo.cname().as_ptr(),
+                    proto.cname().as_ptr(),
+                    dtype.cname().as_ptr(),
+                    count as usize,
+                    inst.spec.channels,
+                    seq,
+                );
+                d.__bindgen_anon_1.coll.root = root;
+                let start = Instant::now();
+                let root_h = if mask::coll(m) {
+                    plugin.start(inst.comm.context, &mut d)
+                } else {
+                    H::NULL
+                };
+                let started = (start, Instant::now());
+                let (ops, kernels) = self.plan_coll(inst, w, func, count * dtype.size(), root, algo, m);
+                if !root_h.is_null() {
+                    plugin.stop(root_h);
+                }
+                if !group.is_null() {
+                    plugin.stop(group);
+                }
+                let task = Task {
+                    root: root_h,
+                    mask: m,
+                    launch: start,
+                    truth: truth(func, seq, None, count, dtype, started),
+                    ops,
+                    kernels,
+                    done: done.clone(),
+                };
+                inst.tx.send(task).expect("proxy alive");
+                1
+            }
+            Call::SendRecv { shift, count, dtype } => {
+                let r = inst.rank as usize;
+                let n = n as usize;
+                let peers = [((r + shift) % n, (r + n - shift % n) % n)];
+                self.issue_p2p(plugin, inst, w, &peers, count, dtype, m, &truth, done)
+            }
+            Call::AlltoAll { count, dtype } => {
+                let r = inst.rank as usize;
+                let n = n as usize;
+                let peers: Vec<(usize, usize)> = (1..n).map(|k| ((r + k) % n, (r + n - k) % n)).collect();
+                self.issue_p2p(plugin, inst, w, &peers, count, dtype, m, &truth, done)
+            }
+        }
+    }
+
+    /// One group of sends to `peers[i].0` and receives from `peers[i].1`.
+    #[allow(clippy::too_many_arguments)]
+    fn issue_p2p(
+        &self,
+        plugin: &Plugin,
+        inst: &mut Instance<'_>,
+        w: usize,
+        peers: &[(usize, usize)],
+        count: u64,
+        dtype: Dtype,
+        m: i32,
+        truth: &TruthOf<'_>,
+        done: &Arc<Done>,
+    ) -> u64 {
+        let group = if mask::group(m) {
+            plugin.group(&inst.comm)
+        } else {
+            H::NULL
+        };
+        let nch = inst.spec.channels;
+        let mut tasks = Vec::new();
+        for &(to, from) in peers {
+            for (func, peer) in [(Func::Send, to), (Func::Recv, from)] {
+                if peer == inst.rank as usize {
+                    continue;
+                }
+                let mut d = p2p_descr(
+                    inst.rank,
+                    group,
+                    func.cname().as_ptr(),
+                    dtype.cname().as_ptr(),
+                    count as usize,
+                    peer as i32,
+                    nch,
+                );
+                let seq = inst.seq[func as usize];
+                inst.seq[func as usize] += 1;
+                let start = Instant::now();
+                let h = if mask::p2p(m) {
+                    plugin.start(inst.comm.context, &mut d)
+                } else {
+                    H::NULL
+                };
+                let started = (start, Instant::now());
+                let ops = self.plan_p2p(inst, w, func, peer, count * dtype.size());
+                let kernels = if mask::kernel_ch(m) {
+                    let per_channel = count * dtype.size() / u64::from(nch);
+                    (0..nch)
+                        .map(|c| KernelPlan {
+                            channel: c,
+                            end: if ops.iter().any(|o| o.channel == c) {
+                                KernelEnd::AfterOps
+                            } else {
+                                KernelEnd::After(self.net.gpu_time(per_channel) + Duration::from_micros(5))
+                            },
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                tasks.push((
+                    h,
+                    Task {
+                        root: h,
+                        mask: m,
+                        launch: start,
+                        truth: truth(func, seq, Some(peer as i32), count, dtype, started),
+                        ops,
+                        kernels,
+                        done: done.clone(),
+                    },
+                ));
+            }
+        }
+        for (h, _) in &tasks {
+            if !h.is_null() {
+                plugin.stop(*h);
+            }
+        }
+        if !group.is_null() {
+            plugin.stop(group);
+        }
+        let n = tasks.len() as u64;
+        for (_, task) in tasks {
+            inst.tx.send(task).expect("proxy alive");
+        }
+        n
+    }
+
+    /// Proxy ops and kernel channels of a collective on rank `inst.rank`.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_coll(
+        &self,
+        inst: &Instance<'_>,
+        w: usize,
+        func: Func,
+        bytes: u64,
+        root: i32,
+        algo: Algo,
+        m: i32,
+    ) -> (Vec<OpPlan>, Vec<KernelPlan>) {
+        let spec = inst.spec;
+        let n = spec.nranks() as usize;
+        let r = inst.rank as usize;
+        let (succ, pred) = ((r + 1) % n, (r + n - 1) % n);
+        let (w_succ, w_pred) = (spec.members[succ], spec.members[pred]);
+        let nch = spec.channels;
+        let mut ops = Vec::new();
+        let mut kernels = Vec::new();
+        for c in 0..nch {
+            let share = split_even(bytes, u64::from(nch), u64::from(c));
+            let pieces = |d: u64| split_chunks(d, self.options.chunk_bytes);
+            let (send, recv): (Vec<u64>, Vec<u64>) = match func {
+                Func::AllReduce => {
+                    let p = pieces(share / n as u64);
+                    let s = p.repeat(2 * (n - 1));
+                    (s.clone(), s)
+                }
+                Func::AllGather | Func::ReduceScatter => {
+                    let s = pieces(share).repeat(n - 1);
+                    (s.clone(), s)
+                }
+                Func::Broadcast => {
+                    let p = pieces(share);
+                    let send = if succ as i32 != root { p.clone() } else { Vec::new() };
+                    let recv = if r as i32 != root { p } else { Vec::new() };
+                    (send, recv)
+                }
+                Func::Send | Func::Recv => unreachable!("P2P is planned by plan_p2p"),
+            };
+            let mut has_ops = false;
+            if algo == Algo::CollnetDirect {
+                // CollNet: one send and one receive op on the CollNet connector, isSend 0 for
+                // both, never stopped (spec 3.6).
+                for _ in 0..2 {
+                    ops.push(OpPlan {
+                        kind: OpKind::Abandoned,
+                        peer: succ as i32,
+                        world_peer: w_succ,
+                        channel: c,
+                        steps: send.clone(),
+                        link: self.net.link(w, w_succ),
+                        chunk: self.options.chunk_bytes,
+                        pxn: false,
+                    });
+                }
+            } else {
+                if !send.is_empty() && self.net.is_net(w, w_succ) {
+                    has_ops = true;
+                    ops.push(OpPlan {
+                        kind: OpKind::Send,
+                        peer: succ as i32,
+                        world_peer: w_succ,
+                        channel: c,
+                        steps: send.clone(),
+                        link: self.net.link(w, w_succ),
+                        chunk: self.options.chunk_bytes,
+                        pxn: self.options.pxn && nch >= 2 && c == nch - 1,
+                    });
+                }
+                if !recv.is_empty() && self.net.is_net(w_pred, w) {
+                    has_ops = true;
+                    ops.push(OpPlan {
+                        kind: OpKind::Recv,
+                        peer: pred as i32,
+                        world_peer: w_pred,
+                        channel: c,
+                        steps: recv,
+                        link: self.net.link(w_pred, w),
+                        chunk: self.options.chunk_bytes,
+                        pxn: false,
+                    });
+                }
+            }
+            if mask::kernel_ch(m) {
+                let end = if has_ops {
+                    KernelEnd::AfterOps
+                } else if algo == Algo::CollnetDirect {
+                    KernelEnd::After(self.net.link(w, w_succ).transfer(share))
+                } else {
+                    let moved: u64 = send.iter().sum();
+                    KernelEnd::After(self.net.gpu_time(moved) + Duration::from_micros(5))
+                };
+                kernels.push(KernelPlan { channel: c, end });
+            }
+        }
+        (ops, kernels)
+    }
+
+    /// Proxy ops of one send (to `peer`) or receive (from `peer`).
+    fn plan_p2p(&self, inst: &Instance<'_>, w: usize, func: Func, peer: usize, bytes: u64) -> Vec<OpPlan> {
+        let w_peer = inst.spec.members[peer];
+        let (src, dst) = if func == Func::Send { (w, w_peer) } else { (w_peer, w) };
+        if !self.net.is_net(src, dst) {
+            return Vec::new();
+        }
+        let nch = inst.spec.channels;
+        (0..nch)
+            .map(|c| OpPlan {
+                kind: if func == Func::Send { OpKind::Send } else { OpKind::Recv },
+                peer: peer as i32,
+                world_peer: w_peer,
+                channel: c,
+                steps: split_chunks(
+                    split_even(bytes, u64::from(nch), u64::from(c)),
+                    self.options.chunk_bytes,
+                ),
+                link: self.net.link(src, dst),
+                chunk: self.options.chunk_bytes,
+                pxn: false,
+            })
+            .collect()
+    }
+}
+
+/// Part `i` of `total` split into `parts` near-equal parts.
+fn split_even(total: u64, parts: u64, i: u64) -> u64 {
+    total / parts + u64::from(i < total % parts)
+}
+
+/// `d` bytes as network transfers of at most `chunk` bytes (at least one, possibly empty).
+fn split_chunks(d: u64, chunk: u64) -> Vec<u64> {
+    let loops = d.div_ceil(chunk.max(1)).max(1);
+    (0..loops).map(|i| split_even(d, loops, i)).collect()
+}

@@ -1,0 +1,301 @@
+//! Every scenario the emulator knows, through the plugin linked into this test and through the
+//! built `.so` loaded like NCCL loads it: several communicators, intra-node communicators without
+//! ProxyOps, KernelCh with GPU timers, ProxyCtrl bursts, NetPlugin events, CollNet ProxyOps that
+//! are never stopped, restarted receive steps, PXN ops from a foreign pid, AllReduce, AllGather,
+//! ReduceScatter, Broadcast, Send/Recv and AlltoAll at mixed sizes; then `finalize` and
+//! `dlclose`. The mask asks for every event type a v4 plugin can receive, so the plugin also
+//! sees the types it declines.
+//!
+//! Zero crashes: the process survives, every callback returns `ncclSuccess` and writes
+//! `*eHandle` (checked by the emulator on each call), the in-process plugin caught no panic, and
+//! what it recorded adds up with what the emulator did.
+
+mod emulator;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use emulator::{Call, CommSpec, Link, LoadError, Network, Plugin, Report, Version, Workload, logger, mask};
+use nccl_profiler_otel::aggregate::WindowSummary;
+use nccl_profiler_otel::stats::STATS;
+use nccl_profiler_otel::telemetry::{self, Sink};
+
+#[derive(Default)]
+struct Capture(Mutex<Vec<WindowSummary>>);
+
+impl Sink for Capture {
+    fn window(&self, summary: &WindowSummary) {
+        self.0.lock().unwrap().push(summary.clone());
+    }
+}
+
+fn setup() -> (MutexGuard<'static, ()>, &'static Arc<Capture>) {
+    static SETUP: OnceLock<(Arc<Capture>, Mutex<()>)> = OnceLock::new();
+    let (capture, serial) = SETUP.get_or_init(|| {
+        // SAFETY: runs once, before the first `init` (of either plugin copy) reads the environment.
+        unsafe {
+            std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.05");
+            std::env::set_var("NCCL_PROFILE_EVENT_MASK", format!("{:#x}", mask::ALL_V4));
+            std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "none");
+        }
+        let capture = Arc::new(Capture::default());
+        telemetry::add_sink(capture.clone());
+        (capture, Mutex::new(()))
+    });
+    (serial.lock().unwrap_or_else(|e| e.into_inner()), capture)
+}
+
+/// Two nodes of four ranks: a world communicator over both (network ring hops 3 → 4, a slow
+/// link, and 7 → 0; PXN on its last channel), a node-local one (no ProxyOps), a cross-node
+/// pipeline pair, and a CollNet group whose ProxyOps are never stopped.
+fn everything(iterations: usize) -> Workload {
+    let net = Network::new(8, 4, Link::new_us(40.0, 10.0))
+        .slow_link(3, 4, 3.0)
+        .with_jitter(0.03);
+    let sizes = [4u64 << 10, 64 << 10, 1 << 20];
+    let mut world_calls = Vec::new();
+    for &b in &sizes {
+        world_calls.extend([
+            Call::all_reduce(b),
+            Call::all_gather(b / 8),
+            Call::reduce_scatter(b / 8),
+            Call::broadcast(b, 5),
+        ]);
+    }
+    world_calls.push(Call::all_to_all(16 << 10));
+    world_calls.push(Call::all_reduce(16 << 20)); // several chunks per step slot
+    let world = CommSpec::new("world", 0..8).channels(2).calls(world_calls);
+    let node = CommSpec::new("node1", 4..8)
+        .channels(2)
+        .calls([Call::all_reduce(2 << 20), Call::all_gather(256 << 10)]);
+    let pipe = CommSpec::new("pipe", [2, 6]).calls([Call::send_recv(1, 512 << 10), Call::send_recv(1, 0)]);
+    let collnet = CommSpec::new("collnet", [0, 4]).calls([Call::all_reduce(1 << 20).collnet()]);
+    let solo = CommSpec::new("solo", [1]).calls([Call::all_reduce(1 << 20)]); // 1 rank: no events
+    Workload::new(net)
+        .comm(world)
+        .comm(node)
+        .comm(pipe)
+        .comm(collnet)
+        .comm(solo)
+        .iterations(iterations)
+        .options(|o| {
+            o.chunk_bytes = 512 << 10;
+            o.pxn = true;
+            o.restart_recv = true;
+            o.net_plugin = true;
+            o.peer_waits = 3;
+        })
+}
+
+/// Summaries for the communicators of `report`, once every transfer it made is accounted for
+/// (at most one second).
+fn summaries(capture: &Capture, report: &Report) -> Vec<WindowSummary> {
+    let hashes: BTreeSet<u64> = report.collectives.iter().map(|c| c.hash).collect();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut mine = Vec::new();
+    loop {
+        std::thread::sleep(telemetry::TICK);
+        {
+            let mut all = capture.0.lock().unwrap();
+            let (m, rest): (Vec<_>, Vec<_>) = all.drain(..).partition(|w| hashes.contains(&w.comm.hash));
+            *all = rest;
+            mine.extend(m);
+        }
+        let seen: u64 = mine.iter().flat_map(|w| &w.links).map(|l| l.samples.len()).sum();
+        if seen >= report.steps || Instant::now() > deadline {
+            return mine;
+        }
+    }
+}
+
+#[test]
+fn every_scenario_in_process() {
+    let (_serial, capture) = setup();
+    let plugin = Plugin::in_process();
+    let panics = STATS.panics.get();
+    let report = everything(2).run(&plugin);
+    assert_eq!(STATS.panics.get(), panics, "no panic caught in any callback");
+    assert!(report.callbacks > 10_000, "{} callbacks", report.callbacks);
+    let windows = summaries(capture, &report);
+
+    // Per communicator, every network transfer the emulator made was recorded, under the rank
+    // that sent it (PXN ops too: they may land under another local rank of the same hash).
+    let mut emulated: HashMap<(u64, i32, i32), u64> = HashMap::new();
+    for l in &report.links {
+        *emulated.entry((l.hash, l.rank, l.peer)).or_default() += l.transfers();
+    }
+    let mut recorded: HashMap<(u64, i32, i32), u64> = HashMap::new();
+    for w in &windows {
+        for l in &w.links {
+            *recorded.entry((w.comm.hash, l.rank, l.peer)).or_default() += l.samples.len();
+        }
+    }
+    let keys: BTreeSet<_> = recorded.keys().chain(emulated.keys()).collect();
+    let differ: Vec<_> = keys
+        .into_iter()
+        .filter(|k| recorded.get(k) != emulated.get(k))
+        .map(|k| (k, recorded.get(k), emulated.get(k)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "transfers per (comm, rank, peer): recorded vs emulated {differ:?}"
+    );
+    assert!(report.steps > 1000, "{} network transfers", report.steps);
+
+    // Nothing the emulator did leaves the plugin with orphans or open events: receive ops,
+    // CollNet ops and restarted receive steps are declined, PXN ops have no parent to miss.
+    for w in &windows {
+        assert_eq!(
+            (w.stats.orphans, w.stats.unfinished),
+            (0, 0),
+            "{}: {:?}",
+            w.comm.name,
+            w.stats
+        );
+    }
+
+    // And the bytes add up per link.
+    let mut emulated_bytes: HashMap<(u64, i32, i32), u64> = HashMap::new();
+    for l in &report.links {
+        *emulated_bytes.entry((l.hash, l.rank, l.peer)).or_default() += l.bytes();
+    }
+    let mut recorded_bytes: HashMap<(u64, i32, i32), u64> = HashMap::new();
+    for w in &windows {
+        for l in &w.links {
+            *recorded_bytes.entry((w.comm.hash, l.rank, l.peer)).or_default() += l.bytes;
+        }
+    }
+    assert_eq!(recorded_bytes, emulated_bytes, "bytes per (comm, rank, peer)");
+
+    // Node-local collectives have no ProxyOps: their durations are the kernel channels' GPU
+    // times, which the emulator knows exactly.
+    let node: Vec<_> = report.collectives.iter().filter(|c| c.comm == "node1").collect();
+    assert_eq!(node.len(), 4 * 2 * 2);
+    for t in node {
+        let (a, b) = t.gpu.expect("KernelCh ran");
+        let want = (b - a) as f64 / 1e9;
+        let found = windows
+            .iter()
+            .filter(|w| (w.comm.hash, w.comm.rank) == (t.hash, t.rank))
+            .flat_map(|w| &w.colls)
+            .filter(|g| g.key.func.as_str() == t.func.name())
+            .flat_map(|g| &g.ops)
+            .any(|o| o.duration.is_some_and(|d| (d - want).abs() < 1e-9));
+        assert!(found, "GPU duration {want} s of {t:?}");
+    }
+
+    // Broadcast emits Coll events; a 1-rank communicator emits nothing.
+    assert!(report.collectives.iter().any(|c| c.func == emulator::Func::Broadcast));
+    assert!(!report.collectives.iter().any(|c| c.comm == "solo"));
+    assert!(windows.iter().all(|w| w.comm.name != "solo"));
+    assert!(logger::warnings().is_empty(), "{:?}", logger::warnings());
+}
+
+#[test]
+fn broadcast_converted_to_allgatherv_is_invisible_to_v4() {
+    let (_serial, capture) = setup();
+    let plugin = Plugin::in_process();
+    let net = Network::new(2, 1, Link::new_us(20.0, 10.0));
+    let report = Workload::new(net)
+        .comm(CommSpec::new("bcast", 0..2).calls([Call::broadcast(1 << 20, 0), Call::all_reduce(64 << 10)]))
+        .options(|o| o.broadcast_as_allgatherv = true)
+        .run(&plugin);
+    assert!(report.collectives.iter().all(|c| c.func == emulator::Func::AllReduce));
+    let windows = summaries(capture, &report);
+    assert!(
+        windows
+            .iter()
+            .flat_map(|w| &w.colls)
+            .all(|g| g.key.func.as_str() == "AllReduce")
+    );
+}
+
+#[test]
+fn the_mask_decides_what_nccl_starts() {
+    let (_serial, capture) = setup();
+    let plugin = Plugin::in_process();
+    let net = Network::new(2, 1, Link::new_us(20.0, 10.0));
+    // Coll only: no proxy events at all, so no transfers reach the plugin.
+    let report = Workload::new(net)
+        .comm(CommSpec::new("coll-only", 0..2).calls([Call::all_reduce(256 << 10)]))
+        .iterations(2)
+        .options(|o| o.mask = Some(mask::COLL))
+        .run(&plugin);
+    assert!(report.steps > 0, "the network still carried the data");
+    let windows = summaries(capture, &report);
+    assert!(windows.iter().all(|w| w.links.is_empty()));
+    assert_eq!(
+        windows
+            .iter()
+            .flat_map(|w| &w.colls)
+            .map(|g| g.ops.len())
+            .sum::<usize>(),
+        4
+    );
+}
+
+#[test]
+fn every_scenario_through_the_built_library() {
+    let (_serial, _) = setup();
+    let path = emulator::built_library().expect("cargo test builds the cdylib");
+    let plugin = Plugin::load(&path).expect("dlopen");
+    assert_eq!(plugin.found(), &[Version::V4], "the plugin exports v4 only today");
+    assert_eq!((plugin.nccl_would_use(), plugin.driving()), (Version::V4, Version::V4));
+    assert_eq!(plugin.name(), "otel");
+    let report = everything(1).run(&plugin);
+    assert!(report.callbacks > 5_000 && report.steps > 500, "{report:?}");
+    // init → finalize → init on the same library, then dlclose.
+    let again = everything(1).run(&plugin);
+    assert!(again.steps > 500);
+    plugin.close();
+    let plugin = Plugin::load(&path).expect("dlopen after dlclose");
+    assert!(everything(1).run(&plugin).steps > 500);
+    plugin.close();
+}
+
+#[test]
+fn versions_are_looked_up_like_nccl() {
+    let path = emulator::built_library().expect("cargo test builds the cdylib");
+    match Plugin::load_version(&path, Version::V6) {
+        Err(e @ LoadError::NoSymbol { .. }) => assert!(e.to_string().contains("ncclProfiler_v6"), "{e}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("no v6 table yet"),
+    }
+    let v4 = Plugin::load_version(&path, Version::V4).expect("v4");
+    assert_eq!(v4.found(), &[Version::V4]);
+    v4.close();
+    let only_newer = LoadError::Unsupported {
+        path: path.clone(),
+        found: vec![Version::V6, Version::V5],
+    };
+    let text = only_newer.to_string();
+    assert!(
+        text.contains("ncclProfiler_v6, ncclProfiler_v5")
+            && text.contains("drives only ncclProfiler_v4")
+            && text.contains("NCCL would use v6"),
+        "{text}"
+    );
+    assert!(matches!(
+        Plugin::load(std::path::Path::new("/nonexistent/libnccl-profiler-otel.so")),
+        Err(LoadError::Open(_))
+    ));
+}
+
+#[test]
+fn the_training_preset_runs_with_progress() {
+    let (_serial, capture) = setup();
+    let plugin = Plugin::in_process();
+    let net = Network::new(4, 1, Link::new_us(50.0, 10.0)).slow_link(1, 2, 4.0);
+    let seen = std::sync::atomic::AtomicUsize::new(0);
+    let report = Workload::training(net, 2).run_with_progress(&plugin, &|done, total| {
+        assert!(done <= total && total == 4 * 2);
+        seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(seen.into_inner(), 8, "one call per rank and iteration");
+    let links = report.world_links();
+    assert_eq!(links.len(), 12, "the AlltoAll touches every pair");
+    let slow = links.iter().find(|l| (l.src, l.dst) == (1, 2)).expect("1 → 2");
+    assert!(slow.configured.bandwidth < 3e9);
+    assert!(summaries(capture, &report).iter().any(|w| w.comm.name == "pp"));
+}

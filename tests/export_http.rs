@@ -1,0 +1,172 @@
+//! OTLP/HTTP export end to end: a scripted workload through the real exported `ncclProfiler_v4`
+//! table, exported to an in-test OTLP/HTTP receiver and decoded with the official OTLP types.
+//! Asserts names, units, instruments, attribute sets and values against the workload's ground
+//! truth and `docs/metrics.md`, the resource, cumulative temporality, that the last `finalize`
+//! returns only once its data has arrived (and within its bound), and that `HTTP_PROXY` does not
+//! capture the loopback collector.
+
+mod emulator;
+mod export_support;
+mod otlp_receiver;
+
+use std::time::{Duration, Instant};
+
+use emulator::Plugin;
+use export_support as sx;
+use otlp_receiver::{Receiver, find, kind, metrics, resource};
+
+/// Tells a re-executed test binary to run the `http/json` child.
+const CHILD: &str = "EXPORT_HTTP_CHILD";
+
+#[test]
+fn workload_arrives_with_the_documented_catalogue() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let rx = Receiver::start();
+    let endpoint = rx.endpoint();
+    // SAFETY: the only test of this binary; nothing else touches the environment.
+    unsafe {
+        sx::base_env(&[
+            ("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.as_str()),
+            // A proxy that refuses everything: a loopback collector must bypass it.
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+            ("http_proxy", "http://127.0.0.1:9"),
+            ("ALL_PROXY", "http://127.0.0.1:9"),
+            ("SLURM_JOB_ID", "4242"),
+            ("RANK", "3"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "8"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "team=ml%2Cinfra,deployment.environment=test",
+            ),
+            ("OTEL_SERVICE_NAME", ""),
+        ]);
+    }
+    let p = Plugin::in_process();
+
+    let (c, truth) = sx::workload(&p, 0xA11_0001, "dp");
+    let t = Instant::now();
+    p.finalize(c.context);
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_millis(3000 + 250 + 500),
+        "last finalize took {took:?}"
+    );
+    let reqs = rx.requests();
+    assert!(
+        sx::complete(&reqs, &truth),
+        "the last finalize returned before its data arrived ({} requests)",
+        reqs.len()
+    );
+    sx::check(&reqs, &truth);
+    sx::check_catalogue(&reqs, &["nccl.profiler.cardinality.overflow"]);
+
+    // Transport: protobuf to /v1/metrics, every request decoded, none failed (the proxy was
+    // bypassed).
+    assert_eq!(rx.undecodable(), 0);
+    assert!(
+        rx.seen()
+            .iter()
+            .all(|(ct, path)| ct == "application/x-protobuf" && path == "/v1/metrics"),
+        "{:?}",
+        rx.seen()
+    );
+    assert_eq!(
+        nccl_profiler_otel::export::stats().failures,
+        0,
+        "export failed (proxy?)"
+    );
+    let failures = find(&reqs, "nccl.profiler.export.failures").expect("failures counter");
+    assert_eq!(otlp_receiver::points(failures)[0].value, 0.0);
+
+    // Cumulative temporality: monotonic sums and histograms with temporality 2.
+    assert_eq!(
+        kind(find(&reqs, "nccl.link.bytes").unwrap()),
+        "sum(monotonic=true, temporality=2)"
+    );
+    assert_eq!(
+        kind(find(&reqs, "nccl.coll.bytes").unwrap()),
+        "histogram(temporality=2)"
+    );
+    let bytes = find(&reqs, "nccl.coll.bytes").unwrap();
+    let bounds = &otlp_receiver::points(bytes)[0].bounds;
+    assert_eq!(bounds.as_slice(), nccl_profiler_otel::export::SIZE_BOUNDS.as_slice());
+
+    // Resource.
+    let res = resource(&reqs);
+    assert_eq!(res["service.name"], "nccl");
+    assert_eq!(res["process.pid"], std::process::id().to_string());
+    assert_eq!(res["host.name"], nccl_profiler_otel::export::host_name());
+    assert_eq!(res["slurm.job.id"], "4242");
+    assert_eq!(res["job.rank"], "3");
+    assert_eq!(res["job.local_rank"], "1");
+    assert_eq!(res["job.world_size"], "8");
+    assert_eq!(res["team"], "ml,infra");
+    assert_eq!(res["deployment.environment"], "test");
+    assert_eq!(res["telemetry.distro.name"], "nccl-profiler-otel");
+    let scope = &reqs[0].resource_metrics[0].scope_metrics[0].scope;
+    assert_eq!(scope.as_ref().unwrap().name, "nccl-profiler-otel");
+
+    // Init after a full finalize works, and the first communicator's totals stay (cumulative).
+    let (c2, truth2) = sx::workload(&p, 0xB22_0002, "tp");
+    p.finalize(c2.context);
+    let reqs = rx.requests();
+    assert!(sx::complete(&reqs, &truth2));
+    sx::check(&reqs, &truth2);
+    sx::check(&reqs, &truth);
+    // Data also arrives on the interval, not only on finalize.
+    let n = metrics(&reqs).len();
+    assert!(
+        rx.wait_for(Duration::from_secs(2), |r| metrics(r).len() > n),
+        "no interval export"
+    );
+}
+
+#[test]
+fn http_json_protocol() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let rx = Receiver::start();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "http_json_child", "--ignored", "--test-threads=1"])
+        .env(CHILD, "json")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint())
+        // The other test of this binary may have set ours, which would win.
+        .env_remove("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT")
+        .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")
+        .env("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let truth = sx::Truth {
+        hash: 0x1507_0001,
+        name: "json",
+        rank: 0,
+    };
+    let reqs = rx.requests();
+    assert!(sx::complete(&reqs, &truth), "{} requests", reqs.len());
+    sx::check(&reqs, &truth);
+    assert_eq!(rx.undecodable(), 0);
+    assert!(
+        rx.seen()
+            .iter()
+            .all(|(ct, path)| ct == "application/json" && path == "/v1/metrics"),
+        "{:?}",
+        rx.seen()
+    );
+}
+
+#[test]
+#[ignore = "run by http_json_protocol in a child process"]
+fn http_json_child() {
+    if std::env::var(CHILD).as_deref() != Ok("json") {
+        return;
+    }
+    let p = Plugin::in_process();
+    let (c, _) = sx::workload(&p, 0x1507_0001, "json");
+    p.finalize(c.context);
+}

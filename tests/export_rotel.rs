@@ -1,0 +1,98 @@
+//! Interop with a real collector: the plugin exports OTLP/HTTP to `rotel-agent` (PyPI `rotel`),
+//! which forwards OTLP/HTTP to the in-test receiver; the workload must arrive intact (ground
+//! truth, catalogue, resource).
+//!
+//! Ignored by default: `.ci/export-interop.sh` installs rotel and runs
+//! `ROTEL_AGENT=/path/to/rotel-agent cargo test --test export_rotel -- --ignored`.
+
+mod emulator;
+mod export_support;
+mod otlp_receiver;
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use emulator::Plugin;
+use export_support as sx;
+use otlp_receiver::{Receiver, resource};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Kills the collector when the test ends, however it ends.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs rotel-agent: run through .ci/export-interop.sh"]
+fn metrics_arrive_intact_through_rotel() {
+    let agent = std::env::var("ROTEL_AGENT").expect("set ROTEL_AGENT to the rotel-agent binary");
+    let rx = Receiver::start();
+    let (grpc_port, http_port) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("nccl-otel-rotel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("rotel.log");
+    let child = Command::new(&agent)
+        .arg("start")
+        .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{grpc_port}")])
+        .args(["--otlp-http-endpoint", &format!("127.0.0.1:{http_port}")])
+        .args(["--exporter", "otlp"])
+        .args(["--otlp-exporter-endpoint", &rx.endpoint()])
+        .args(["--otlp-exporter-protocol", "http"])
+        .args(["--otlp-exporter-compression", "none"])
+        .args(["--batch-timeout", "50ms"])
+        .args(["--pid-file", dir.join("rotel.pid").to_str().unwrap()])
+        .args(["--log-file", log.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {agent}: {e}"));
+    let _agent = Agent(child);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while TcpStream::connect(("127.0.0.1", http_port)).is_err() {
+        assert!(Instant::now() < deadline, "rotel-agent did not listen on {http_port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let endpoint = format!("http://127.0.0.1:{http_port}");
+    // SAFETY: the only test of this binary; nothing else touches the environment.
+    unsafe {
+        sx::base_env(&[
+            ("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.as_str()),
+            ("SLURM_JOB_ID", "777"),
+        ]);
+    }
+    let p = Plugin::in_process();
+    let (c, truth) = sx::workload(&p, 0x2073_0001, "rotel");
+    p.finalize(c.context);
+    assert_eq!(
+        nccl_profiler_otel::export::stats().failures,
+        0,
+        "export to rotel failed"
+    );
+    let arrived = rx.wait_for(Duration::from_secs(15), |r| sx::complete(r, &truth));
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(arrived, "metrics did not come through rotel; its log:\n{log_text}");
+    let reqs = rx.requests();
+    assert_eq!(rx.undecodable(), 0);
+    sx::check(&reqs, &truth);
+    sx::check_catalogue(&reqs, &["nccl.profiler.cardinality.overflow"]);
+    let res = resource(&reqs);
+    assert_eq!(res["service.name"], "nccl");
+    assert_eq!(res["slurm.job.id"], "777");
+    assert_eq!(res["process.pid"], std::process::id().to_string());
+    println!(
+        "through rotel: {} requests, {:?}",
+        reqs.len(),
+        rx.seen().first().map(|(ct, path)| format!("{ct} {path}"))
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -1,0 +1,436 @@
+//! Shared by the `export_*` tests: a scripted workload driven through the real exported table,
+//! its ground truth, and the checks of what a receiver decoded against it.
+//!
+//! The workload on one communicator (rank 0 of 4):
+//! - `COLLS` AllReduce (RING, SIMPLE, ncclFloat32, 1024 elements = 4096 B), each with one send
+//!   ProxyOp to peer 1 on channel `i % 2` and one step of each size in `COLL_STEPS`;
+//! - `P2PS` sends to peer 2 (ncclFloat64, 256 elements = 2048 B), each with one ProxyOp on channel 2
+//!   and one step of each size in `P2P_STEPS`;
+//! - one AllGather (TREE, LL, ncclInt8, 512 B) without proxy ops (no transfers, no duration);
+//! - one stop with a stale handle.
+//!
+//! Every step's SendWait → stop time is spun to `LATENCY + bytes / BANDWIDTH`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::emulator::{self, H, Plugin, ty};
+use super::otlp_receiver::{self as rx, ExportMetricsServiceRequest, Point};
+
+pub const COLLS: u64 = 12;
+pub const P2PS: u64 = 4;
+pub const COLL_STEPS: [u64; 3] = [64 << 10, 256 << 10, 1 << 20];
+pub const P2P_STEPS: [u64; 2] = [128 << 10, 512 << 10];
+pub const LATENCY: f64 = 20e-6;
+pub const BANDWIDTH: f64 = 2e9;
+pub const NRANKS: i32 = 4;
+
+/// The communicator the workload ran on.
+#[derive(Clone, Debug)]
+pub struct Truth {
+    pub hash: u64,
+    pub name: &'static str,
+    pub rank: i32,
+}
+
+/// Sets the environment every export test shares (call once, before the first `init`).
+///
+/// # Safety
+/// No other thread may read or write the environment meanwhile.
+pub unsafe fn base_env(extra: &[(&str, &str)]) {
+    let defaults = [
+        ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2"),
+        ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "4096"),
+        ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "2048"),
+        ("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN"),
+    ];
+    for (k, v) in defaults.iter().chain(extra) {
+        // SAFETY: the caller guarantees no concurrent environment access.
+        unsafe { std::env::set_var(k, v) };
+    }
+}
+
+fn transfer(bytes: u64) -> Duration {
+    Duration::from_secs_f64(LATENCY + bytes as f64 / BANDWIDTH)
+}
+
+/// Runs the scripted workload on a new communicator; does not finalize it.
+pub fn workload(p: &Plugin, hash: u64, name: &'static str) -> (emulator::Comm, Truth) {
+    let (c, mask) = p.init(Some(name), hash, 1, NRANKS, 0);
+    assert!(!c.context.is_null(), "init gave no context");
+    assert_ne!(mask, 0);
+    for i in 0..COLLS {
+        let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 1024, 2, i);
+        p.stop(coll);
+        let op = p.proxy_op(
+            c.context,
+            coll,
+            emulator::pid(),
+            0,
+            1,
+            (i % 2) as u8,
+            COLL_STEPS.len() as i32,
+            true,
+        );
+        p.state(op, ty::OP_IN_PROGRESS, 0);
+        for (s, &bytes) in COLL_STEPS.iter().enumerate() {
+            p.send_step(c.context, op, 0, s as i32, bytes, 1, transfer(bytes));
+        }
+        p.stop(op);
+    }
+    for _ in 0..P2PS {
+        let send = p.p2p(&c, H::NULL, "Send", "ncclFloat64", 256, 2);
+        p.stop(send);
+        let op = p.proxy_op(c.context, send, emulator::pid(), 0, 2, 2, P2P_STEPS.len() as i32, true);
+        for (s, &bytes) in P2P_STEPS.iter().enumerate() {
+            p.send_step(c.context, op, 0, s as i32, bytes, 0, transfer(bytes));
+        }
+        p.stop(op);
+    }
+    let gather = p.coll(&c, H::NULL, "AllGather", "TREE", "LL", "ncclInt8", 512, 1, 0);
+    p.stop(gather);
+    p.stop(H(0x4242 as *mut _));
+    let truth = Truth { hash, name, rank: 0 };
+    (c, truth)
+}
+
+/// Records the workload's callbacks store: per Coll/P2p start + stop, per ProxyOp start + stop,
+/// per step start + SendWait + stop (GPUWait, PeerWait and InProgress are not recorded).
+pub fn records() -> u64 {
+    let coll = 4 + 3 * COLL_STEPS.len() as u64;
+    let p2p = 4 + 3 * P2P_STEPS.len() as u64;
+    COLLS * coll + P2PS * p2p + 2
+}
+
+impl Truth {
+    pub fn hash_attr(&self) -> String {
+        format!("{:#x}", self.hash)
+    }
+
+    /// The communicator's attributes.
+    pub fn comm(&self) -> BTreeMap<String, String> {
+        [
+            ("nccl.comm.hash", self.hash_attr()),
+            ("nccl.comm.name", self.name.to_owned()),
+            ("nccl.rank", self.rank.to_string()),
+            ("nccl.nranks", NRANKS.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    fn with(&self, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut m = self.comm();
+        m.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        m
+    }
+
+    pub fn allreduce(&self) -> BTreeMap<String, String> {
+        self.with(&[
+            ("nccl.func", "AllReduce"),
+            ("nccl.algo", "RING"),
+            ("nccl.proto", "SIMPLE"),
+            ("nccl.datatype", "ncclFloat32"),
+        ])
+    }
+
+    pub fn allgather(&self) -> BTreeMap<String, String> {
+        self.with(&[
+            ("nccl.func", "AllGather"),
+            ("nccl.algo", "TREE"),
+            ("nccl.proto", "LL"),
+            ("nccl.datatype", "ncclInt8"),
+        ])
+    }
+
+    pub fn send(&self) -> BTreeMap<String, String> {
+        self.with(&[
+            ("nccl.func", "Send"),
+            ("nccl.peer", "2"),
+            ("nccl.datatype", "ncclFloat64"),
+        ])
+    }
+
+    pub fn link(&self, peer: i32) -> BTreeMap<String, String> {
+        let peer = peer.to_string();
+        self.with(&[("nccl.peer", peer.as_str())])
+    }
+
+    pub fn channel(&self, channel: u8) -> BTreeMap<String, String> {
+        let channel = channel.to_string();
+        self.with(&[("nccl.channel", channel.as_str())])
+    }
+}
+
+/// Sums the points of `name` whose attributes are exactly `attrs`, over `reqs` when the metric
+/// is delta, or takes the latest when cumulative: (value or histogram sum, histogram count).
+pub fn total(reqs: &[ExportMetricsServiceRequest], name: &str, attrs: &BTreeMap<String, String>) -> (f64, u64) {
+    let mut value = 0.0;
+    let mut count = 0;
+    let mut delta = false;
+    let mut latest = None;
+    for m in rx::metrics(reqs).into_iter().filter(|m| m.name == name) {
+        delta = rx::kind(m).contains("temporality=1");
+        for p in rx::points(m).into_iter().filter(|p| &p.attrs == attrs) {
+            value += p.value;
+            count += p.count;
+            latest = Some((p.value, p.count));
+        }
+    }
+    if delta {
+        (value, count)
+    } else {
+        latest.unwrap_or((0.0, 0))
+    }
+}
+
+/// The latest point of `name` with exactly `attrs`.
+pub fn latest(reqs: &[ExportMetricsServiceRequest], name: &str, attrs: &BTreeMap<String, String>) -> Option<Point> {
+    rx::metrics(reqs)
+        .into_iter()
+        .rev()
+        .filter(|m| m.name == name)
+        .find_map(|m| rx::points(m).into_iter().find(|p| &p.attrs == attrs))
+}
+
+/// Whether everything the workload on `t` produced has arrived (link bytes complete).
+pub fn complete(reqs: &[ExportMetricsServiceRequest], t: &Truth) -> bool {
+    let want = (COLLS * COLL_STEPS.iter().sum::<u64>()) as f64;
+    total(reqs, "nccl.link.bytes", &t.link(1)).0 == want
+        && total(reqs, "nccl.p2p.bytes", &t.send()).1 == P2PS
+        && total(reqs, "nccl.coll.bytes", &t.allgather()).1 == 1
+}
+
+/// Asserts every metric of the workload on `t` against its ground truth.
+pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
+    let close = |got: f64, want: f64, what: &str| {
+        assert!(
+            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "{what}: got {got}, want {want}"
+        );
+    };
+    let coll_bytes_per_op = 4096.0;
+    let coll_step_bytes: u64 = COLL_STEPS.iter().sum();
+    let p2p_step_bytes: u64 = P2P_STEPS.iter().sum();
+    let ar = t.allreduce();
+
+    // Collectives.
+    let (sum, count) = total(reqs, "nccl.coll.bytes", &ar);
+    assert_eq!(count, COLLS, "AllReduce count");
+    close(sum, COLLS as f64 * coll_bytes_per_op, "AllReduce bytes");
+    let (sum, count) = total(reqs, "nccl.coll.transfers", &ar);
+    assert_eq!(count, COLLS);
+    close(sum, (COLLS * COLL_STEPS.len() as u64) as f64, "AllReduce transfers");
+    let (sum, count) = total(reqs, "nccl.coll.transfer.size", &ar);
+    assert_eq!(count, COLLS * COLL_STEPS.len() as u64);
+    close(sum, (COLLS * coll_step_bytes) as f64, "AllReduce transfer bytes");
+    let (sum, count) = total(reqs, "nccl.coll.transfer.duration", &ar);
+    assert_eq!(count, COLLS * COLL_STEPS.len() as u64);
+    let ideal: f64 = COLL_STEPS.iter().map(|&b| LATENCY + b as f64 / BANDWIDTH).sum::<f64>() * COLLS as f64;
+    assert!(
+        sum >= ideal && sum < ideal * 3.0 + 0.05,
+        "transfer time {sum} vs spun {ideal}"
+    );
+    let (sum, count) = total(reqs, "nccl.coll.duration", &ar);
+    assert_eq!(count, COLLS, "every AllReduce has a duration");
+    assert!(
+        sum >= ideal && sum < 5.0,
+        "AllReduce durations {sum} vs transfers {ideal}"
+    );
+    let ag = t.allgather();
+    let (sum, count) = total(reqs, "nccl.coll.bytes", &ag);
+    assert_eq!((sum, count), (512.0, 1), "AllGather");
+    assert_eq!(total(reqs, "nccl.coll.transfers", &ag), (0.0, 1));
+    assert!(
+        latest(reqs, "nccl.coll.duration", &ag).is_none(),
+        "no proxy op, no duration"
+    );
+
+    // P2P.
+    let send = t.send();
+    assert_eq!(total(reqs, "nccl.p2p.bytes", &send), (P2PS as f64 * 2048.0, P2PS));
+    assert_eq!(
+        total(reqs, "nccl.p2p.transfers", &send),
+        ((P2PS * P2P_STEPS.len() as u64) as f64, P2PS)
+    );
+    let (sum, count) = total(reqs, "nccl.p2p.transfer.size", &send);
+    assert_eq!(
+        (sum, count),
+        ((P2PS * p2p_step_bytes) as f64, P2PS * P2P_STEPS.len() as u64)
+    );
+    assert_eq!(total(reqs, "nccl.p2p.duration", &send).1, P2PS);
+    assert_eq!(
+        total(reqs, "nccl.p2p.transfer.duration", &send).1,
+        P2PS * P2P_STEPS.len() as u64
+    );
+
+    // Links: bytes exactly; the fit from spun times (MIN mode), within the machine's noise.
+    close(
+        total(reqs, "nccl.link.bytes", &t.link(1)).0,
+        (COLLS * coll_step_bytes) as f64,
+        "link 0→1 bytes",
+    );
+    close(
+        total(reqs, "nccl.link.bytes", &t.link(2)).0,
+        (P2PS * p2p_step_bytes) as f64,
+        "link 0→2 bytes",
+    );
+    for (peer, transfers) in [(1, COLLS * 3), (2, P2PS * 2)] {
+        let attrs = t.link(peer);
+        let samples = latest(reqs, "nccl.link.samples", &attrs).expect("link samples").value;
+        assert!(
+            samples >= 1.0 && samples <= transfers as f64,
+            "samples {samples} of {transfers}"
+        );
+        if let Some(bw) = latest(reqs, "nccl.link.bandwidth", &attrs) {
+            assert!(
+                (bw.value / BANDWIDTH - 1.0).abs() < 0.3,
+                "link 0→{peer} bandwidth {} vs {BANDWIDTH}",
+                bw.value
+            );
+            let lat = latest(reqs, "nccl.link.latency", &attrs).expect("latency").value;
+            assert!((0.0..300e-6).contains(&lat), "link 0→{peer} latency {lat}");
+            let r2 = latest(reqs, "nccl.link.r2", &attrs).expect("r2").value;
+            assert!((0.0..=1.0).contains(&r2) && r2 > 0.5, "r2 {r2}");
+        } else {
+            assert_eq!(
+                peer, 2,
+                "the AllReduce link has three sizes per interval: it must have a fit"
+            );
+        }
+    }
+
+    // Channels: 0 and 1 carry the AllReduce steps, 2 the sends.
+    for (channel, transfers, bytes) in [
+        (0u8, COLLS / 2 * 3, COLLS / 2 * coll_step_bytes),
+        (1, COLLS / 2 * 3, COLLS / 2 * coll_step_bytes),
+        (2, P2PS * 2, P2PS * p2p_step_bytes),
+    ] {
+        assert_eq!(
+            total(reqs, "nccl.channel.transfer.size", &t.channel(channel)),
+            (bytes as f64, transfers),
+            "channel {channel}"
+        );
+        assert_eq!(
+            total(reqs, "nccl.channel.transfer.duration", &t.channel(channel)).1,
+            transfers
+        );
+    }
+    assert!(latest(reqs, "nccl.channel.latency", &t.channel(0)).is_some());
+
+    // Self-telemetry of the communicator.
+    close(
+        total(reqs, "nccl.profiler.events.recorded", &t.comm()).0,
+        records() as f64,
+        "records",
+    );
+    assert!(total(reqs, "nccl.profiler.windows.processed", &t.comm()).0 >= 1.0);
+    assert_eq!(total(reqs, "nccl.profiler.events.unfinished", &t.comm()).0, 0.0);
+    assert_eq!(total(reqs, "nccl.profiler.events.orphaned", &t.comm()).0, 0.0);
+    for reason in ["full", "late", "unpublished"] {
+        let mut attrs = t.comm();
+        attrs.insert("nccl.reason".into(), reason.into());
+        assert_eq!(
+            total(reqs, "nccl.profiler.events.dropped", &attrs).0,
+            0.0,
+            "dropped {reason}"
+        );
+    }
+    let stale: BTreeMap<String, String> = [("nccl.reason".to_owned(), "stale".to_owned())].into();
+    assert!(
+        total(reqs, "nccl.profiler.events.rejected", &stale).0 >= 1.0,
+        "the stale stop"
+    );
+}
+
+/// Every `(name, instrument, unit, attribute keys)` of the catalogue table in docs/metrics.md.
+pub fn catalogue() -> Vec<(String, String, String, Vec<String>)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
+    let text = std::fs::read_to_string(path).expect("docs/metrics.md");
+    text.lines()
+        .filter(|l| l.starts_with("| `nccl."))
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<&str>>())
+        .filter(|cells| cells.len() == 6 && ["Counter", "Histogram", "Gauge"].contains(&cells[2]))
+        .map(|cells| {
+            let unquote = |s: &str| s.trim_matches('`').to_owned();
+            let keys = cells[4]
+                .split(',')
+                .map(|k| unquote(k.trim()))
+                .filter(|k| !k.is_empty() && k != "—")
+                .collect();
+            (unquote(cells[1]), cells[2].to_owned(), unquote(cells[3]), keys)
+        })
+        .collect()
+}
+
+/// Documented attribute-key groups, expanded (`comm` is the four communicator attributes).
+fn expand(keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .flat_map(|k| match k.as_str() {
+            "comm" => vec![
+                "nccl.comm.hash".to_owned(),
+                "nccl.comm.name".to_owned(),
+                "nccl.rank".to_owned(),
+                "nccl.nranks".to_owned(),
+            ],
+            _ => vec![k.clone()],
+        })
+        .collect()
+}
+
+/// Asserts every exported metric is in the catalogue with the same unit, instrument and
+/// attribute keys (the overflow series excepted), and every catalogued metric was exported
+/// (`optional` excepted).
+pub fn check_catalogue(reqs: &[ExportMetricsServiceRequest], optional: &[&str]) {
+    let doc = catalogue();
+    assert!(doc.len() >= 30, "catalogue parsed: {} rows", doc.len());
+    let exported = rx::metrics(reqs);
+    for m in &exported {
+        let (_, instrument, unit, keys) = doc
+            .iter()
+            .find(|(n, ..)| *n == m.name)
+            .unwrap_or_else(|| panic!("{} is exported but not in docs/metrics.md", m.name));
+        assert_eq!(&m.unit, unit, "unit of {}", m.name);
+        let kind = rx::kind(m);
+        let expected = match instrument.as_str() {
+            "Counter" => "sum(monotonic=true",
+            "Histogram" => "histogram",
+            "Gauge" => "gauge",
+            other => panic!("unknown instrument {other} for {}", m.name),
+        };
+        assert!(kind.starts_with(expected), "{}: {kind} is not a {instrument}", m.name);
+        let keys = expand(keys);
+        for p in rx::points(m) {
+            if p.attrs.contains_key("otel.metric.overflow") {
+                continue;
+            }
+            let got: Vec<&String> = p.attrs.keys().collect();
+            let mut want: Vec<&String> = keys.iter().filter(|k| p.attrs.contains_key(*k)).collect();
+            want.sort();
+            assert_eq!(
+                got, want,
+                "{}: attributes {:?} not documented ({keys:?})",
+                m.name, p.attrs
+            );
+            let required: Vec<&String> = keys.iter().filter(|k| k.as_str() != "nccl.reason").collect();
+            if !m.name.starts_with("nccl.profiler.") {
+                assert!(
+                    required.iter().all(|k| p.attrs.contains_key(*k)),
+                    "{}: {:?}",
+                    m.name,
+                    p.attrs
+                );
+            }
+        }
+    }
+    for (name, ..) in &doc {
+        if !optional.contains(&name.as_str()) {
+            assert!(
+                exported.iter().any(|m| &m.name == name),
+                "{name} is documented but was not exported"
+            );
+        }
+    }
+}
