@@ -11,11 +11,16 @@ fn main() -> ExitCode {
         eprintln!("usage: cargo install-plugin DIR");
         return ExitCode::FAILURE;
     };
-    // The example runs from target/<profile>/examples; the cdylib sits in target/<profile>.
-    let built = std::env::current_exe()
+    // The example runs from target/<profile>/examples; cargo builds the cdylib into
+    // target/<profile>/deps (and copies it to target/<profile> only on `cargo build`).
+    let profile = std::env::current_exe()
         .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("libnccl_profiler_otel.so")));
-    let Some(built) = built.filter(|p| p.exists()) else {
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()));
+    let candidates = profile.iter().flat_map(|p| [p.join("deps"), p.clone()]);
+    let Some(built) = candidates
+        .map(|dir| dir.join("libnccl_profiler_otel.so"))
+        .find(|p| p.exists())
+    else {
         eprintln!("libnccl_profiler_otel.so not found next to this example; run it through cargo");
         return ExitCode::FAILURE;
     };

@@ -7,12 +7,15 @@
 //!
 //! Host noise. The network is emulated in real time: a transfer ends when the proxy thread calls
 //! `stopEvent`, so a thread that the host preempts at that moment makes the transfer longer than
-//! the model, and the plugin rightly measures that. The emulator times every call itself, so each
-//! link check is two checks: the plugin against the emulator's own timing (always, tight), and
-//! the plugin against the configured link (when the emulator reproduced its model on that link
-//! within half the tolerance; a run where the host disturbed it is repeated, a few times at most).
-//! The accuracy tests run one at a time and emulate one rank at a time, so the emulator never
-//! competes with itself for the two cores.
+//! the model, and the plugin rightly measures that. The emulator times every call itself, so a
+//! link is checked in three steps: (1) the plugin's fit must agree with the fit of the
+//! emulator's own timings of the same transfers (0.5 %) whenever the host disturbed none of
+//! them, else the test fails; (2) an attempt counts for a link when every transfer reached the
+//! plugin, the emulator reproduced the configured link within half the tolerance and (1) holds;
+//! the ranks of links without such an attempt run again, 12 times at most; (3) the plugin's
+//! figures must be within the tolerance of the configured link. The accuracy tests run one at a
+//! time and emulate one rank at a time, so the emulator never competes with itself for the two
+//! cores.
 
 mod emulator;
 
@@ -137,12 +140,12 @@ impl LinkCheck {
         rel(self.emulated.0, self.configured.0) <= tol && rel(self.emulated.1, self.configured.1) <= tol
     }
 
-    /// The plugin measured what the emulator timed: 0.5 % (at least 1.5 µs) on latency, 0.6 %
+    /// The plugin measured what the emulator timed: 0.5 % (at least 1.5 µs) on latency, 0.5 %
     /// on bandwidth. A debug-build callback reads the clock up to a few µs into its call (the
     /// plugin's transfers come out ~1 µs longer than the emulator's on average).
     fn plugin_matches_emulator(&self) -> bool {
         (self.plugin.0 - self.emulated.0).abs() <= (5e-3 * self.emulated.0).max(1.5e-6)
-            && rel(self.plugin.1, self.emulated.1) <= 6e-3
+            && rel(self.plugin.1, self.emulated.1) <= 5e-3
     }
 
     /// Usable against the configured link: every transfer reached the plugin, the emulation
@@ -167,11 +170,10 @@ fn run_links(s: &Setup, workload: &Workload, ranks: &BTreeSet<i32>) -> Vec<LinkC
             .comms
             .iter()
             .map(|c| {
-                let mut c = CommSpec::new(&c.name, c.members.clone())
+                CommSpec::new(&c.name, c.members.clone())
                     .channels(c.channels)
-                    .calls(c.calls.clone());
-                c = c.emulate([r]);
-                c
+                    .calls(c.calls.clone())
+                    .emulate([r])
             })
             .collect();
         let report = w.run(&s.plugin);
@@ -246,13 +248,14 @@ fn assert_links_recovered(workload: &Workload, tol: f64) -> Vec<LinkCheck> {
     checks
 }
 
-/// Four ranks, one per node, every ordered pair its own link (latency 150–300 µs, bandwidth
-/// 1–4 GB/s: a 4 MiB transfer lasts 1–4 ms, so the few µs a cold debug-build callback takes
-/// to read the clock stay well below 1 %); each rank sends to every other rank (one Send/Recv group per distance) at sizes
+/// Four ranks, one per node, every ordered pair its own link (latency 200–350 µs, bandwidth
+/// 1–4 GB/s: a debug-build callback reads the clock up to a few µs into its call, ~1 µs more
+/// in `stopEvent` than in `recordEventState` on average, which must stay well below 1 % of the
+/// shortest transfer); each rank sends to every other rank (one Send/Recv group per distance) at sizes
 /// from 64 KiB to 4 MiB, and runs a ring AllReduce whose steps span the same sizes.
 fn matrix_workload(jitter: f64, iterations: usize) -> Workload {
     let net = Network::new(4, 1, Link::new_us(100.0, 5.0))
-        .with_links(|s, d| Link::new_us(150.0 + 50.0 * ((s + 2 * d) % 4) as f64, 1.0 + ((3 * s + d) % 4) as f64))
+        .with_links(|s, d| Link::new_us(200.0 + 50.0 * ((s + 2 * d) % 4) as f64, 1.0 + ((3 * s + d) % 4) as f64))
         .with_jitter(jitter);
     let sizes = [64 << 10, 256 << 10, 1 << 20, 4 << 20];
     let mut calls = Vec::new();

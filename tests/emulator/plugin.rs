@@ -154,14 +154,17 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 /// The built plugin next to the running test, example or bench executable:
-/// `target/<profile>/libnccl_profiler_otel.so` (`cargo test`, `cargo bench` and
+/// `target/<profile>/{deps/,}libnccl_profiler_otel.so` (`cargo test`, `cargo bench` and
 /// `cargo run --example` build the cdylib with the library).
 pub fn built_library() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    // Tests run from target/<profile>/deps, examples from target/<profile>/examples; cargo
+    // uplifts the cdylib to target/<profile> only on `cargo build`, so deps/ comes first.
     let candidates: Vec<PathBuf> = exe
         .ancestors()
         .skip(1)
         .take(2)
+        .flat_map(|dir| [dir.join("deps"), dir.to_path_buf()])
         .map(|dir| dir.join("libnccl_profiler_otel.so"))
         .collect();
     candidates.iter().find(|p| p.exists()).cloned().ok_or_else(|| {

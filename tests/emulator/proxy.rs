@@ -528,9 +528,10 @@ impl<'a> Proxy<'a> {
         let (p, opts) = (self.plugin, self.opts);
         let a = &mut self.active[ai];
         if let Some(t) = stop_front_op(p, opts, &mut a.ops[oi], a.task.mask, &mut a.task.truth) {
-            // Signed miss of the stop call against the model, folded into `aim` (1/8 per step).
+            // The stop call's miss against the model moves `aim` by 50 ns towards it: `aim`
+            // settles on the median delay, so the typical stop lands on time.
             if t.miss.abs() < 5e-6 {
-                let aim = self.aim.as_secs_f64() + t.miss / 8.0;
+                let aim = self.aim.as_secs_f64() + 50e-9 * t.miss.signum();
                 self.aim = Duration::from_secs_f64(aim.clamp(0.0, 5e-6));
             }
             self.sample(t);

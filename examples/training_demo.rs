@@ -1,0 +1,238 @@
+//! The README's main job: `cargo run --release --example training_demo`.
+//!
+//! Loads the built plugin the way NCCL does (`dlopen` of `libnccl_profiler_otel.so`, symbol
+//! `ncclProfiler_v4`), drives it with a short training-like workload on 8 emulated ranks over 2
+//! nodes whose network is modelled (one inter-node link is made 4× slower), and exports real
+//! OTLP/HTTP to a collector inside this program. Then it prints what the collector received: per
+//! collective counts, durations and bandwidth, and the per-link latency/bandwidth matrix from the
+//! plugin's regression, where the slow link stands out. No collector or GPU needed.
+
+#[path = "../tests/emulator/mod.rs"]
+mod emulator;
+#[path = "../tests/otlp_receiver/mod.rs"]
+mod otlp_receiver;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use emulator::{Link, Network, Plugin, Workload};
+use otlp_receiver::{Receiver, find, points};
+
+const RANKS: usize = 8;
+const PER_NODE: usize = 4;
+const SLOW: (usize, usize) = (3, 4);
+const ITERATIONS: usize = 20;
+
+/// A one-line progress bar on stderr, redrawn every 5 %.
+fn progress(done: usize, total: usize) {
+    static SHOWN: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let (width, step) = (40, done * 20 / total.max(1));
+    if SHOWN.swap(step, Ordering::Relaxed) == step {
+        return;
+    }
+    let filled = done * width / total.max(1);
+    eprint!(
+        "\r  [{}{}] {done}/{total} rank iterations",
+        "#".repeat(filled),
+        " ".repeat(width - filled)
+    );
+    let _ = std::io::stderr().flush();
+}
+
+fn main() -> ExitCode {
+    let started = Instant::now();
+    let receiver = Receiver::start();
+    // SAFETY: set before any other thread exists and before the plugin reads its configuration.
+    unsafe {
+        std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", receiver.endpoint());
+        std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "1");
+        // Coll|P2p|ProxyOp|ProxyStep|KernelCh: intra-node collectives get GPU-time durations.
+        std::env::set_var("NCCL_PROFILE_EVENT_MASK", "0x5e");
+    }
+    let plugin = match Plugin::load_built() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cannot load the plugin: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let net = Network::new(RANKS, PER_NODE, Link::new_us(20.0, 12.0))
+        .slow_link(SLOW.0, SLOW.1, 4.0)
+        .with_jitter(0.02);
+    println!(
+        "nccl-profiler-otel demo: {RANKS} ranks on {} nodes, inter-node links 20 µs / 12 GB/s, link {}→{} 4× slower",
+        RANKS / PER_NODE,
+        SLOW.0,
+        SLOW.1
+    );
+    println!(
+        "exporting OTLP/HTTP to an in-process collector at {}\n",
+        receiver.endpoint()
+    );
+    // One rank at a time, as on a real cluster where each rank has its own cores: all 8 ranks'
+    // threads on this machine's cores at once would measure the host, not the modelled network.
+    let workload = Workload::training(net, ITERATIONS);
+    let mut issued = 0;
+    for rank in 0..RANKS {
+        let mut w = workload.clone();
+        w.comms = workload
+            .comms
+            .iter()
+            .map(|c| {
+                let local = c.members.iter().position(|&m| m == rank).map(|r| r as i32);
+                c.clone().emulate(local)
+            })
+            .collect();
+        let report = w.run_with_progress(&plugin, &|done, total| {
+            progress(rank * total + done, RANKS * total);
+        });
+        issued += report.collectives.len();
+    }
+    eprintln!();
+    drop(plugin); // every communicator was finalized; NCCL would dlclose now
+    let complete = |r: &[_]| find(r, "nccl.link.latency").is_some() && find(r, "nccl.coll.duration").is_some();
+    if !receiver.wait_for(Duration::from_secs(10), complete) {
+        eprintln!("the collector received no link or collective metrics");
+        return ExitCode::FAILURE;
+    }
+    let requests = receiver.requests();
+    print_collectives(&requests);
+    print_links(&requests);
+    println!(
+        "\nemulator: {issued} collectives and P2P operations issued; {} OTLP requests received; {:.1} s in all",
+        requests.len(),
+        started.elapsed().as_secs_f64()
+    );
+    ExitCode::SUCCESS
+}
+
+/// Latest cumulative value per attribute set of a metric.
+fn latest(
+    requests: &[otlp_receiver::ExportMetricsServiceRequest],
+    name: &str,
+) -> BTreeMap<Vec<(String, String)>, otlp_receiver::Point> {
+    let mut out = BTreeMap::new();
+    for r in requests {
+        for m in otlp_receiver::metrics(std::slice::from_ref(r))
+            .into_iter()
+            .filter(|m| m.name == name)
+        {
+            for p in points(m) {
+                out.insert(p.attrs.clone().into_iter().collect(), p);
+            }
+        }
+    }
+    out
+}
+
+fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
+    println!("Collectives and P2P sends (all ranks)");
+    println!(
+        "{:<14} {:<7} {:<7} {:>7} {:>11} {:>11} {:>11} {:>12}",
+        "function", "algo", "proto", "ops", "mean size", "timed ops", "mean time", "alg bw"
+    );
+    // (func, algo, proto) -> (ops, bytes, timed ops, seconds)
+    let mut rows: BTreeMap<(String, String, String), (u64, f64, u64, f64)> = BTreeMap::new();
+    let key = |attrs: &[(String, String)]| {
+        let get = |k: &str| {
+            attrs
+                .iter()
+                .find(|(n, _)| n == k)
+                .map_or("-".to_string(), |(_, v)| v.clone())
+        };
+        (get("nccl.func"), get("nccl.algo"), get("nccl.proto"))
+    };
+    for family in ["coll", "p2p"] {
+        for (attrs, p) in latest(requests, &format!("nccl.{family}.bytes")) {
+            let row = rows.entry(key(&attrs)).or_default();
+            row.0 += p.count;
+            row.1 += p.value;
+        }
+        for (attrs, p) in latest(requests, &format!("nccl.{family}.duration")) {
+            let row = rows.entry(key(&attrs)).or_default();
+            row.2 += p.count;
+            row.3 += p.value;
+        }
+    }
+    for ((func, algo, proto), (ops, bytes, timed, secs)) in rows {
+        let size = bytes / ops.max(1) as f64;
+        let mean = if timed > 0 { secs / timed as f64 } else { f64::NAN };
+        println!(
+            "{func:<14} {algo:<7} {proto:<7} {ops:>7} {:>11} {timed:>11} {:>11} {:>12}",
+            human_bytes(size),
+            human_secs(mean),
+            format!("{}/s", human_bytes(size / mean))
+        );
+    }
+}
+
+fn print_links(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
+    let latency = latest(requests, "nccl.link.latency");
+    let bandwidth = latest(requests, "nccl.link.bandwidth");
+    let mut cells: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
+    for (key, lat) in &latency {
+        let a: BTreeMap<_, _> = key.iter().cloned().collect();
+        let (Some(src), Some(dst)) = (a.get("nccl.rank"), a.get("nccl.peer")) else {
+            continue;
+        };
+        let (Ok(src), Ok(dst)) = (src.parse(), dst.parse()) else {
+            continue;
+        };
+        let bw = bandwidth.get(key).map_or(f64::NAN, |p| p.value);
+        cells.insert((src, dst), (lat.value, bw));
+    }
+    let slowest = cells.iter().min_by(|a, b| a.1.1.total_cmp(&b.1.1)).map(|(k, _)| *k);
+    println!("\nPer-link latency (µs) / bandwidth (GB/s) from the plugin's regression (sender → receiver)");
+    print!("{:>8}", "src\\dst");
+    (0..RANKS).for_each(|d| print!("{d:>14}"));
+    println!();
+    for s in 0..RANKS {
+        print!("{s:>8}");
+        for d in 0..RANKS {
+            match cells.get(&(s, d)) {
+                Some((lat, bw)) => {
+                    let mark = if slowest == Some((s, d)) { "*" } else { " " };
+                    print!("{:>14}", format!("{:.0}/{:.1}{mark}", lat * 1e6, bw / 1e9));
+                }
+                None => print!("{:>14}", "·"),
+            }
+        }
+        println!();
+    }
+    if let Some((s, d)) = slowest {
+        let (lat, bw) = cells[&(s, d)];
+        println!(
+            "* slowest link: {s} → {d} at {:.1} GB/s (latency {:.0} µs)",
+            bw / 1e9,
+            lat * 1e6
+        );
+    }
+    println!("· no network transfers measured (same node, or not a ring/all-to-all neighbour)");
+}
+
+fn human_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if !v.is_finite() {
+        return "-".into();
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+fn human_secs(s: f64) -> String {
+    if !s.is_finite() {
+        "-".into()
+    } else if s < 1e-3 {
+        format!("{:.1} µs", s * 1e6)
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
