@@ -128,14 +128,16 @@ fn latest(
     out
 }
 
+/// Ops, bytes, ops with a duration, and their seconds, of one (function, algorithm, protocol).
+type Row = (u64, f64, u64, f64);
+
 fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
     println!("Collectives and P2P sends (all ranks)");
     println!(
         "{:<14} {:<7} {:<7} {:>7} {:>11} {:>11} {:>11} {:>12}",
         "function", "algo", "proto", "ops", "mean size", "timed ops", "mean time", "alg bw"
     );
-    // (func, algo, proto) -> (ops, bytes, timed ops, seconds)
-    let mut rows: BTreeMap<(String, String, String), (u64, f64, u64, f64)> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, String, String), Row> = BTreeMap::new();
     let key = |attrs: &[(String, String)]| {
         let get = |k: &str| {
             attrs
