@@ -213,7 +213,8 @@ impl Body {
 pub struct Record {
     /// Handle of the event this record is about.
     pub id: u64,
-    /// CPU time of the callback, in [`crate::clock`] ticks.
+    /// CPU time of the callback, in [`crate::clock`] ticks; 0 where nothing uses it (only
+    /// Coll/P2p starts, SendWait, and ProxyOp/ProxyStep stops are timed).
     pub ts: u64,
     /// Payload.
     pub body: Body,

@@ -49,6 +49,10 @@ pub static ncclProfiler_v4: Table<ncclProfiler_v4_t> = Table(ncclProfiler_v4_t {
     finalize: Some(finalize),
 });
 
+/// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
+/// KernelCh stops; KernelChStop): the clock is not read for them.
+const UNTIMED: u64 = 0;
+
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 static OWN_PID: AtomicI32 = AtomicI32::new(0);
 
@@ -175,14 +179,19 @@ unsafe fn start_event<D: Descriptor>(owner: &Owner, context: u64, handle: *mut *
 
 /// Records a start; the new handle, or `None` when declined, invalid or dropped (all counted).
 fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
-    let ts = clock::now();
     let ty = d.event_type();
+    // Only a Coll/P2p start time is used (a collective's duration starts there).
+    let ts = if ty == u64::from(ncclProfileColl) || ty == u64::from(ncclProfileP2p) {
+        clock::now()
+    } else {
+        UNTIMED
+    };
     let declined = || {
         STATS.declined.incr();
         None
     };
     if ty == u64::from(ncclProfileProxyOp) {
-        return start_proxy_op(owner, context, d, ts);
+        return start_proxy_op(owner, context, d);
     }
     if ty == u64::from(ncclProfileProxyStep) {
         let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp]) else {
@@ -193,7 +202,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             parent: parent.encode(),
             step,
         };
-        return comm.start(parent.comm, Kind::ProxyStep, Some(parent), ts, body);
+        return comm.start(parent.comm, Kind::ProxyStep, Some(parent), UNTIMED, body);
     }
     if ty == u64::from(ncclProfileKernelCh) {
         let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
@@ -205,7 +214,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             channel,
             gpu_start,
         };
-        return comm.start(parent.comm, Kind::KernelCh, Some(parent), ts, body);
+        return comm.start(parent.comm, Kind::KernelCh, Some(parent), UNTIMED, body);
     }
     if ty & DECLINED_TYPES != 0 && ty.is_power_of_two() {
         return declined();
@@ -240,7 +249,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
 /// non-NET receive ops are never stopped). A PXN op (pid not ours) carries another process's
 /// context and parent: neither is decoded as ours; the op is attributed to our communicator
 /// with the same hash, under the originating rank.
-fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D, ts: u64) -> Option<u64> {
+fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
     if !op.is_send {
         STATS.declined.incr();
@@ -271,7 +280,7 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D, ts: u64) ->
         chunk_size: op.chunk_size,
         channel: op.channel,
     });
-    comm.start(id, Kind::ProxyOp, parent, ts, body)
+    comm.start(id, Kind::ProxyOp, parent, UNTIMED, body)
 }
 
 /// Our live communicator behind a context (slot, generation and hash tag all match); counted as
@@ -318,9 +327,13 @@ fn event(owner: &Owner, handle: *mut c_void) -> Option<(Handle, &'static Comm)> 
 }
 
 unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t {
+    // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
+    // clock before anything else so the time is the callback's.
+    let timed = Handle::decode(handle as u64).is_some_and(|h| matches!(h.kind, Kind::ProxyOp | Kind::ProxyStep));
+    let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
         if let Some((h, comm)) = event(owner, handle).filter(|(h, _)| h.kind != Kind::Group) {
-            comm.append(h, clock::now(), Body::Stop);
+            comm.append(h, ts, Body::Stop);
         }
     })
 }
@@ -330,10 +343,16 @@ unsafe extern "C" fn record_event_state_v4(
     state: ncclProfilerEventState_t,
     args: *mut ncclProfilerEventStateArgs_v4_t,
 ) -> ncclResult_t {
+    // Only SendWait's time is used (a transfer starts there); read it first.
+    let ts = if state == ncclProfilerProxyStepSendWait {
+        clock::now()
+    } else {
+        UNTIMED
+    };
     guarded(|owner| {
         // SAFETY: NCCL passes NULL or valid state args for this call; `StateArgsV4` is transparent.
         let args = unsafe { args.cast::<StateArgsV4>().as_ref() };
-        record_event_state(owner, handle, state, args)
+        record_event_state(owner, handle, state, args, ts)
     })
 }
 
@@ -344,6 +363,7 @@ fn record_event_state<A: StateArgs>(
     handle: *mut c_void,
     state: ncclProfilerEventState_t,
     args: Option<&A>,
+    ts: u64,
 ) {
     let Some((h, comm)) = event(owner, handle) else { return };
     let body = match (h.kind, state) {
@@ -361,7 +381,7 @@ fn record_event_state<A: StateArgs>(
         }
     };
     match body {
-        Some(body) => comm.append(h, clock::now(), body),
+        Some(body) => comm.append(h, ts, body),
         None => STATS.null_args.incr(),
     }
 }

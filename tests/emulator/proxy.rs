@@ -94,6 +94,10 @@ pub(crate) struct Task {
     pub truth: CollTruth,
     pub ops: Vec<OpPlan>,
     pub kernels: Vec<KernelPlan>,
+    /// Ring data dependency: send step `k` forwards what receive step `k - d` brought (1 for
+    /// AllReduce, AllGather and ReduceScatter, 0 for Broadcast), when the channel has a network
+    /// receive; `None` for P2P.
+    pub ring_dep: Option<usize>,
     pub done: Arc<Done>,
 }
 
@@ -106,6 +110,8 @@ struct Sent {
 
 struct Step {
     handle: H,
+    /// Send: index of the receive step whose data this step forwards, until it arrived.
+    dep: Option<usize>,
     bytes: u64,
     /// Send: GPU data ready; receive: data arrived.
     ready: Instant,
@@ -141,6 +147,8 @@ struct Active {
     task: Task,
     ops: Vec<Op>,
     kernels: Vec<Kernel>,
+    /// Per channel with a network receive: when each of its receive steps arrives.
+    arrivals: Vec<Option<Vec<Instant>>>,
 }
 
 /// Earliest coarse and precise wake-up times.
@@ -438,7 +446,20 @@ impl<'a> Proxy<'a> {
                     done: false,
                 })
                 .collect();
-            self.active.push(Active { task, ops, kernels });
+            let mut arrivals = Vec::new();
+            for op in ops.iter().filter(|o| o.plan.kind == OpKind::Recv) {
+                let ch = usize::from(op.plan.channel);
+                if arrivals.len() <= ch {
+                    arrivals.resize(ch + 1, None);
+                }
+                arrivals[ch] = Some(Vec::new());
+            }
+            self.active.push(Active {
+                task,
+                ops,
+                kernels,
+                arrivals,
+            });
         }
         if !ctrl.is_null() {
             self.plugin.state(ctrl, ty::CTRL_APPEND_END, appended);
@@ -454,15 +475,26 @@ impl<'a> Proxy<'a> {
         // The earliest transfer end: when it comes near, the rest of this pass waits.
         let mut near = earliest_deadline(&active);
         for a in &mut active {
-            let m = a.task.mask;
-            for op in &mut a.ops {
+            let Active {
+                task, ops, arrivals, ..
+            } = a;
+            let m = task.mask;
+            for op in ops.iter_mut() {
                 if near.is_some_and(|d| d.saturating_duration_since(Instant::now()) <= PRECISE_GUARD) {
                     next.coarse(Instant::now());
                     break;
                 }
+                let ch = usize::from(op.plan.channel);
                 match op.plan.kind {
-                    OpKind::Send => self.progress_send(op, m, &mut a.task.truth, &mut next),
-                    OpKind::Recv => self.progress_recv(op, m, &mut a.task.truth, &mut next),
+                    OpKind::Send => {
+                        let deps = arrivals.get(ch).and_then(Option::as_deref).zip(task.ring_dep);
+                        self.progress_send(op, m, &mut task.truth, deps, &mut next)
+                    }
+                    OpKind::Recv => {
+                        let mut none = Vec::new();
+                        let arrived = arrivals.get_mut(ch).and_then(Option::as_mut).unwrap_or(&mut none);
+                        self.progress_recv(op, m, &mut task.truth, arrived, &mut next)
+                    }
                     OpKind::Abandoned => {}
                 }
                 if let Some(Step { sent: Some(sent), .. }) = op.steps.front() {
@@ -550,7 +582,15 @@ impl<'a> Proxy<'a> {
         }
     }
 
-    fn progress_send(&mut self, op: &mut Op, m: i32, truth: &mut CollTruth, next: &mut Next) {
+    /// `deps`: arrival times of the channel's receive steps so far, and the ring dependency.
+    fn progress_send(
+        &mut self,
+        op: &mut Op,
+        m: i32,
+        truth: &mut CollTruth,
+        deps: Option<(&[Instant], usize)>,
+        next: &mut Next,
+    ) {
         if op.done {
             return;
         }
@@ -578,6 +618,7 @@ impl<'a> Proxy<'a> {
                 op.gpu_free = op.gpu_free.max(now) + self.net.gpu_time(bytes);
                 op.steps.push_back(Step {
                     handle,
+                    dep: deps.and_then(|(_, d)| k.checked_sub(d)),
                     bytes,
                     ready: op.gpu_free,
                     peer_waits: 0,
@@ -591,7 +632,20 @@ impl<'a> Proxy<'a> {
             // The oldest step not yet accepted by the network.
             if let Some(s) = op.steps.iter_mut().find(|s| s.sent.is_none()) {
                 let states = states && !s.handle.is_null();
-                if now < s.ready {
+                if let Some(d) = s.dep {
+                    match deps.and_then(|(arrived, _)| arrived.get(d)) {
+                        // The forwarded data is on the GPU once received and processed.
+                        Some(&t) => {
+                            s.ready = s.ready.max(t + self.net.gpu_time(s.bytes));
+                            s.next_peer_wait = s.ready;
+                            s.dep = None;
+                        }
+                        None => next.coarse(now + Duration::from_micros(20)),
+                    }
+                }
+                if s.dep.is_some() {
+                    // Waiting for the receive this step forwards.
+                } else if now < s.ready {
                     next.coarse(s.ready);
                 } else {
                     let wire = (op.plan.world_peer, op.plan.channel, true);
@@ -663,7 +717,15 @@ impl<'a> Proxy<'a> {
         }
     }
 
-    fn progress_recv(&mut self, op: &mut Op, m: i32, truth: &mut CollTruth, next: &mut Next) {
+    /// `arrived`: this channel's receive arrival times, extended as steps are posted.
+    fn progress_recv(
+        &mut self,
+        op: &mut Op,
+        m: i32,
+        truth: &mut CollTruth,
+        arrived: &mut Vec<Instant>,
+        next: &mut Next,
+    ) {
         if op.done {
             return;
         }
@@ -697,8 +759,10 @@ impl<'a> Proxy<'a> {
                 .entry((op.plan.world_peer, op.plan.channel, false))
                 .or_insert(now);
             *wire = (now + link.transfer(bytes)).max(*wire + link.wire(bytes));
+            arrived.push(*wire);
             op.steps.push_back(Step {
                 handle,
+                dep: None,
                 bytes,
                 ready: *wire,
                 peer_waits: 0,

@@ -16,7 +16,11 @@
 //! Ring collectives (per channel, `n` ranks, `chunk_bytes` per network transfer at most):
 //! AllReduce sends and receives `2(n-1)` slices of `bytes / channels / n`; AllGather and
 //! ReduceScatter `n-1` slices of the per-rank bytes / channels; Broadcast pipelines
-//! `bytes / channels` from the root (the root's predecessor sends nothing). Send/Recv move
+//! `bytes / channels` from the root (the root's predecessor sends nothing). A send step
+//! forwards what a network receive brought (the previous step's, the same step's for
+//! Broadcast), so it waits for it: a slow inbound link slows a rank's sends too. Receives are
+//! timed by the inbound link's model, not by the predecessor's actual sends, so a slow link
+//! slows its two ends but does not propagate around the ring. Send/Recv move
 //! `bytes / channels`. Only directions between nodes get ProxyOps (spec 3.6); a 1-rank
 //! communicator or a zero count emits nothing (spec 3.12).
 
@@ -690,6 +694,11 @@ impl Workload {
                     truth: truth(func, seq, None, count, dtype, started),
                     ops,
                     kernels,
+                    ring_dep: match (algo, func) {
+                        (Algo::CollnetDirect, _) => None,
+                        (_, Func::Broadcast) => Some(0),
+                        _ => Some(1),
+                    },
                     done: done.clone(),
                 };
                 inst.tx.send(task).expect("proxy alive");
@@ -779,6 +788,7 @@ impl Workload {
                         truth: truth(func, seq, Some(peer as i32), count, dtype, started),
                         ops,
                         kernels,
+                        ring_dep: None,
                         done: done.clone(),
                     },
                 ));
