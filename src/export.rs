@@ -318,11 +318,14 @@ impl MetricReader for SharedReader {
 // Instruments.
 
 /// Histograms of collectives or P2P sends.
+/// Byte histograms are `f64`: the OTLP sum is a double anyway, and an `f64` sum cannot overflow
+/// (a `u64` one can, on absurd byte counts: the SDK then panics in debug builds and wraps in
+/// release).
 struct OpInstruments {
-    bytes: Histogram<u64>,
+    bytes: Histogram<f64>,
     duration: Histogram<f64>,
     transfers: Histogram<u64>,
-    transfer_size: Histogram<u64>,
+    transfer_size: Histogram<f64>,
     transfer_duration: Histogram<f64>,
 }
 
@@ -330,7 +333,7 @@ impl OpInstruments {
     fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
         OpInstruments {
             bytes: meter
-                .u64_histogram(format!("{prefix}.bytes"))
+                .f64_histogram(format!("{prefix}.bytes"))
                 .with_unit("By")
                 .with_description(format!("Bytes of each {what} (count × datatype size)"))
                 .with_boundaries(SIZE_BOUNDS.to_vec())
@@ -348,7 +351,7 @@ impl OpInstruments {
                 .with_boundaries(COUNT_BOUNDS.to_vec())
                 .build(),
             transfer_size: meter
-                .u64_histogram(format!("{prefix}.transfer.size"))
+                .f64_histogram(format!("{prefix}.transfer.size"))
                 .with_unit("By")
                 .with_description(format!("Bytes of each network transfer of a {what}"))
                 .with_boundaries(SIZE_BOUNDS.to_vec())
@@ -368,7 +371,7 @@ impl OpInstruments {
         if !ops.is_empty() {
             let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
             for op in ops {
-                bytes.record(op.bytes);
+                bytes.record(op.bytes as f64);
                 count.record(u64::from(op.transfers));
             }
         }
@@ -379,7 +382,7 @@ impl OpInstruments {
         if !transfers.is_empty() {
             let (size, secs) = (self.transfer_size.bind(attrs), self.transfer_duration.bind(attrs));
             for t in transfers {
-                size.record(t.bytes);
+                size.record(t.bytes as f64);
                 secs.record(t.secs);
             }
         }
@@ -400,7 +403,7 @@ struct Instruments {
     link_bandwidth: Gauge<f64>,
     link_r2: Gauge<f64>,
     link_samples: Gauge<u64>,
-    channel_transfer_size: Histogram<u64>,
+    channel_transfer_size: Histogram<f64>,
     channel_transfer_duration: Histogram<f64>,
     channel_latency: Gauge<f64>,
     events_recorded: Counter<u64>,
@@ -470,7 +473,7 @@ impl Instruments {
                 .with_description("Transfers of the link in the interval's fit")
                 .build(),
             channel_transfer_size: meter
-                .u64_histogram("nccl.channel.transfer.size")
+                .f64_histogram("nccl.channel.transfer.size")
                 .with_unit("By")
                 .with_description("Bytes of each network transfer on the channel")
                 .with_boundaries(SIZE_BOUNDS.to_vec())
@@ -804,7 +807,7 @@ impl Pipeline {
                 let size = self.inst.channel_transfer_size.bind(&attrs);
                 let secs = self.inst.channel_transfer_duration.bind(&attrs);
                 for t in &c.transfers {
-                    size.record(t.bytes);
+                    size.record(t.bytes as f64);
                     secs.record(t.secs);
                 }
             }

@@ -221,6 +221,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     }
     let (id, comm) = local(owner, context)?;
     if ty == u64::from(ncclProfileGroup) {
+        STATS.declined.incr(); // a handle, but no record
         return Some(
             Handle {
                 comm: id,

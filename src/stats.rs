@@ -54,7 +54,8 @@ pub struct Stats {
     pub unknown_types: Counter,
     /// States we do not know for the event's type.
     pub unknown_states: Counter,
-    /// Events declined by design (Group excluded): receive side, ProxyCtrl, children of declined parents.
+    /// Events declined by design: receive side, ProxyCtrl, NetPlugin, children of declined parents,
+    /// and Group (it gets a handle but no record).
     pub declined: Counter,
     /// PXN ProxyOps from another process, recorded under our communicator with the same hash.
     pub foreign_ops: Counter,

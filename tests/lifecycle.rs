@@ -418,7 +418,8 @@ fn slot_reuse_wraps_generations_and_stale_contexts_stay_stale() {
     // Every init takes the lowest free slot, with that slot's next generation: cycle init/finalize
     // until one slot has gone through all 4095 generations and wrapped. A keeper communicator
     // stays live so that no finalize is the last one (that one flushes the exporter, 10-100 ms).
-    // A slot whose windows are still draining is skipped for a while, so the slot may vary.
+    // `register` skips a slot the telemetry thread is polling (its consumer lock is taken) or whose
+    // windows are still draining, so the slot may vary.
     let (keeper, _) = p.init(None, next_hash(), 1, 2, 1);
     let slots0 = comm::all().count();
     let mut last_generation: HashMap<u16, u16> = HashMap::new();

@@ -16,16 +16,16 @@
 //!
 //! ```text
 //! callbacks = records delivered in summaries (sinks and polls)
-//!           + STATS deltas (null_args, stale, unknown_types, unknown_states, declined,
-//!                           foreign_unmatched, panics)
+//!           + STATS deltas (null_args, stale, unknown_types, unknown_states, declined (Group
+//!                           handles included), foreign_unmatched, panics)
 //!           + communicator drops (full, late, unpublished), read before each finalize
-//!           + Group handles issued + silently ignored calls (Group stops; states NCCL defines
-//!             for the event's type that the plugin does not use)
+//!           + silently ignored calls (Group stops; states NCCL defines for the event's type
+//!             that the plugin does not use)
 //!           + successful inits + successful finalizes
 //! ```
 //!
 //! The last three terms have no counter in the plugin: the runner tallies them from the handle
-//! the plugin returned (its kind) and from the state value. Drop counters are per communicator
+//! and from the state value. Drop counters are per communicator
 //! slot and reset when the slot is reused, so they are read under the entry's write lock just
 //! before `finalize`.
 //!
@@ -513,7 +513,6 @@ impl Run {
             + b.polled_records
             + counters.sum()
             + b.drops
-            + b.group_handles
             + b.silent
             + b.inits
             + b.finalizes;
