@@ -509,13 +509,8 @@ impl Run {
             finalizes: t.finalizes.load(Relaxed),
             recorded_starts: t.recorded_starts.load(Relaxed),
         };
-        b.accounted = b.delivered_records
-            + b.polled_records
-            + counters.sum()
-            + b.drops
-            + b.silent
-            + b.inits
-            + b.finalizes;
+        b.accounted =
+            b.delivered_records + b.polled_records + counters.sum() + b.drops + b.silent + b.inits + b.finalizes;
         b
     }
 
