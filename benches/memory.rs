@@ -10,22 +10,9 @@
 #[path = "../tests/emulator/mod.rs"]
 mod emulator;
 
-use emulator::{H, Plugin, pid, ty};
+use emulator::{H, Plugin, pid, rss, ty};
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::Config;
-
-/// Resident bytes of this process.
-fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("resident pages");
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
-    pages * page
-}
 
 /// Records `n` records into the current window of `c`: a collective, a ProxyOp and send steps
 /// of three records each (start, SendWait, stop).

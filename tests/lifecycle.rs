@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use emulator::{H, Plugin, logger, pid, ty};
+use emulator::{H, Plugin, logger, pid, rss, ty};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::{self, Config};
@@ -221,23 +221,6 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
     });
     drop(slot);
     (serial, s)
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(n).unwrap_or(4096)
-}
-
-/// Resident set size in bytes (`/proc/self/statm`, second field).
-fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("resident");
-    pages * page_size()
 }
 
 /// Peak RSS of the process so far (`VmHWM`), bytes.

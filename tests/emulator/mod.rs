@@ -68,3 +68,18 @@ pub use time::spin;
 pub use truth::{CollTruth, LinkTruth, Report, WorldLink};
 #[allow(unused_imports)]
 pub use workload::{Algo, Call, CommSpec, Dtype, Func, Options, Proto, Workload};
+
+/// Resident memory of this process in bytes (`/proc/self/statm`, second field): what the
+/// memory bench and the churn test measure.
+#[allow(dead_code)]
+pub fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("resident pages");
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}

@@ -439,35 +439,22 @@ pub fn kind(m: &Metric) -> String {
 
 /// The data points of a metric.
 pub fn points(m: &Metric) -> Vec<Point> {
+    use opentelemetry_proto::tonic::metrics::v1::NumberDataPoint;
     use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
-    let number = |v: &Option<Value>| match v {
-        Some(Value::AsDouble(d)) => *d,
-        Some(Value::AsInt(i)) => *i as f64,
-        None => f64::NAN,
+    let number = |p: &NumberDataPoint| Point {
+        attrs: attrs(&p.attributes),
+        value: match p.value {
+            Some(Value::AsDouble(d)) => d,
+            Some(Value::AsInt(i)) => i as f64,
+            None => f64::NAN,
+        },
+        count: 0,
+        buckets: vec![],
+        bounds: vec![],
     };
     match &m.data {
-        Some(metric::Data::Gauge(g)) => g
-            .data_points
-            .iter()
-            .map(|p| Point {
-                attrs: attrs(&p.attributes),
-                value: number(&p.value),
-                count: 0,
-                buckets: vec![],
-                bounds: vec![],
-            })
-            .collect(),
-        Some(metric::Data::Sum(s)) => s
-            .data_points
-            .iter()
-            .map(|p| Point {
-                attrs: attrs(&p.attributes),
-                value: number(&p.value),
-                count: 0,
-                buckets: vec![],
-                bounds: vec![],
-            })
-            .collect(),
+        Some(metric::Data::Gauge(g)) => g.data_points.iter().map(number).collect(),
+        Some(metric::Data::Sum(s)) => s.data_points.iter().map(number).collect(),
         Some(metric::Data::Histogram(h)) => h
             .data_points
             .iter()
