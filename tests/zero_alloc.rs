@@ -49,20 +49,20 @@ static GLOBAL: Counting = Counting;
 fn a_million_hot_path_callbacks_allocate_nothing() {
     let p = Plugin::in_process();
     let (c, _) = p.init(Some("alloc"), 0xA110C, 2, 2, 0);
-    // Pre-build the descriptors' strings (the emulator leaks them once per call site otherwise).
+    // Static C strings: `Plugin::coll` would leak new ones per call (an allocation).
     let coll_descr = |seq| {
-        let mut d = emulator::descr(ty::COLL, H::NULL, 0);
-        // SAFETY: writing the member that matches `type`.
-        unsafe {
-            let k = &mut d.__bindgen_anon_1.coll;
-            k.seqNumber = seq;
-            k.func = c"AllReduce".as_ptr();
-            k.algo = c"RING".as_ptr();
-            k.proto = c"SIMPLE".as_ptr();
-            k.datatype = c"ncclFloat32".as_ptr();
-            k.count = 1 << 20;
-        }
-        d
+        let (f, a, pr, dt) = (c"AllReduce", c"RING", c"SIMPLE", c"ncclFloat32");
+        emulator::plugin::coll_descr(
+            0,
+            H::NULL,
+            f.as_ptr(),
+            a.as_ptr(),
+            pr.as_ptr(),
+            dt.as_ptr(),
+            1 << 20,
+            1,
+            seq,
+        )
     };
     let mut callbacks = 0u64;
     WATCHED.with(|w| w.set(true));
