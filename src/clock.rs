@@ -1,22 +1,42 @@
-//! The CPU clock of every record: raw TSC ticks, calibrated by `quanta` (which also decides
-//! whether the TSC is usable: invariant, synchronised), or `quanta`'s monotonic fallback.
-//! When quanta chose the TSC, [`now`] reads it inline (one `rdtsc`, no call, no syscall).
-//! Called on: NCCL threads ([`now`], only in the callbacks whose time is used), the telemetry
-//! thread ([`secs_per_tick`]). [`init`] runs in the plugin's `init`; before it `now` returns 0.
+//! The CPU clock of every record: raw TSC ticks when `quanta` finds the TSC usable (invariant,
+//! synchronised), else `quanta`'s monotonic fallback. When it is the TSC, [`now`] reads it inline
+//! (one `rdtsc`, no call, no syscall).
+//!
+//! Ticks become seconds through a rate measured against `Instant` over the process's whole
+//! lifetime (from [`init`] to each [`secs_per_tick`] call), not through a calibration done once:
+//! one preemption during a short calibration at NCCL's busy start-up would skew every duration
+//! for the rest of the job, while here its error shrinks as the job runs.
+//! Called on: NCCL threads ([`now`], only in the callbacks whose time is used; [`secs_per_tick`]
+//! in `finalize`), the telemetry thread ([`secs_per_tick`]). [`init`] runs in the plugin's `init`;
+//! before it `now` returns 0.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+/// The raw clock, and one instant read on both it and `Instant`.
+struct Base {
+    clock: quanta::Clock,
+    ticks: u64,
+    at: Instant,
+}
+
+static BASE: OnceLock<Base> = OnceLock::new();
 /// quanta's raw reads are TSC reads: [`now`] may read the TSC itself.
 static TSC: AtomicBool = AtomicBool::new(false);
 
-/// Calibrates the clock once per process (tens of milliseconds the first time).
+/// Shortest time between the base and the first rate measurement: bracketing error over it stays
+/// below 1e-4 even with microsecond-wide brackets.
+const MIN_SPAN: Duration = Duration::from_millis(20);
+
+/// Sets the clock up once per process (tens of milliseconds the first time).
 pub fn init() {
-    CLOCK.get_or_init(|| {
+    BASE.get_or_init(|| {
         let clock = quanta::Clock::new();
         TSC.store(raw_is_tsc(&clock), Ordering::Relaxed);
-        clock
+        let (ticks, at) = pair(&clock);
+        std::thread::sleep(MIN_SPAN);
+        Base { clock, ticks, at }
     });
 }
 
@@ -26,15 +46,42 @@ pub fn now() -> u64 {
     if TSC.load(Ordering::Relaxed) {
         return tsc();
     }
-    CLOCK.get().map_or(0, quanta::Clock::raw)
+    BASE.get().map_or(0, |b| b.clock.raw())
 }
 
-/// Seconds per raw tick.
+/// Seconds per raw tick, measured from [`init`] to now (1e-9 before `init`).
 pub fn secs_per_tick() -> f64 {
-    const SPAN: u64 = 1 << 40;
-    CLOCK
-        .get()
-        .map_or(1e-9, |c| c.delta_as_nanos(0, SPAN) as f64 / SPAN as f64 * 1e-9)
+    let Some(base) = BASE.get() else {
+        return 1e-9;
+    };
+    let (ticks, at) = pair(&base.clock);
+    let ticks = ticks.saturating_sub(base.ticks);
+    if ticks == 0 {
+        return 1e-9;
+    }
+    at.saturating_duration_since(base.at).as_secs_f64() / ticks as f64
+}
+
+/// One instant on both clocks: the narrowest of a few `raw, Instant, raw` brackets (a preempted
+/// bracket is wide), its raw value taken at the middle.
+fn pair(clock: &quanta::Clock) -> (u64, Instant) {
+    let raw = || {
+        if TSC.load(Ordering::Relaxed) {
+            tsc()
+        } else {
+            clock.raw()
+        }
+    };
+    let mut best = (u64::MAX, 0, Instant::now());
+    for _ in 0..8 {
+        let before = raw();
+        let at = Instant::now();
+        let width = raw().saturating_sub(before);
+        if width < best.0 {
+            best = (width, before + width / 2, at);
+        }
+    }
+    (best.1, best.2)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -46,7 +93,7 @@ fn tsc() -> u64 {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn tsc() -> u64 {
-    CLOCK.get().map_or(0, quanta::Clock::raw)
+    BASE.get().map_or(0, |b| b.clock.raw())
 }
 
 /// Whether quanta's raw reads come from the TSC: they then match `rdtsc` read right before and
@@ -58,7 +105,7 @@ fn raw_is_tsc(clock: &quanta::Clock) -> bool {
         before <= raw && raw <= after && after - before < 1_000_000
     };
     let first = close();
-    std::thread::sleep(std::time::Duration::from_millis(1));
+    std::thread::sleep(Duration::from_millis(1));
     cfg!(target_arch = "x86_64") && first && close()
 }
 
@@ -69,8 +116,8 @@ mod tests {
     #[test]
     fn ticks_convert_to_wall_seconds() {
         init();
-        let (t0, w0) = (now(), std::time::Instant::now());
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (t0, w0) = (now(), Instant::now());
+        std::thread::sleep(Duration::from_millis(50));
         let secs = (now() - t0) as f64 * secs_per_tick();
         let wall = w0.elapsed().as_secs_f64();
         assert!((secs - wall).abs() < 0.005, "clock {secs} vs wall {wall}");

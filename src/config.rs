@@ -5,9 +5,10 @@
 //! time it is called; [`Config::take_warnings`] hands its warnings out once, for logging through
 //! NCCL. Called on: the NCCL app thread in `init` (the first call reads the environment), then any.
 //!
-//! Rules for every variable: unset, or empty after trimming whitespace, means the default, silently
-//! (`VAR=` in a launcher script means "not set"). A value that does not parse or is out of range
-//! gives the default and exactly one warning naming the variable, the value and the default used.
+//! Rules for every variable: unset means the default, silently. A value that is empty after
+//! trimming whitespace, does not parse or is out of range gives the default and exactly one
+//! warning naming the variable, the value and the default used (`VAR=` is usually a launcher
+//! script's mistake, so it is reported, not taken silently as "not set").
 //! Nothing here panics. The table for operators is `docs/configuration.md`.
 //!
 //! Export settings fall back to the standard OpenTelemetry variables ([`STANDARD`]) when ours are
@@ -16,7 +17,9 @@
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use crate::handle::MAX_SLOTS;
@@ -294,7 +297,7 @@ impl Config {
     /// Called on: NCCL app thread.
     #[must_use]
     pub fn take_warnings() -> Vec<String> {
-        let mut warnings = Self::loaded().warnings.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut warnings = Self::loaded().warnings.lock();
         std::mem::take(&mut *warnings)
     }
 
@@ -351,8 +354,20 @@ struct Reader<L> {
 }
 
 impl<L: Fn(&str) -> Option<String>> Reader<L> {
-    /// Reads `name`: unset or blank gives `default` silently; `parse` failing gives `default` and a
-    /// warning saying the value is not `valid`.
+    /// The value of `name`, trimmed; `None` when unset, or when blank (with a warning ending in
+    /// `instead`, what is used in its place).
+    fn value(&mut self, name: &str, instead: impl FnOnce() -> String) -> Option<String> {
+        let raw = (self.lookup)(name)?;
+        let value = raw.trim();
+        if value.is_empty() {
+            self.warnings.push(format!("{name}='' is empty; {}", instead()));
+            return None;
+        }
+        Some(value.to_owned())
+    }
+
+    /// Reads `name`: unset gives `default` silently; blank, or `parse` failing, gives `default`
+    /// and a warning (saying the value is not `valid`).
     fn read<T: Copy>(
         &mut self,
         name: &str,
@@ -361,14 +376,10 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         parse: impl Fn(&str) -> Option<T>,
         show: fn(T) -> String,
     ) -> T {
-        let Some(raw) = (self.lookup)(name) else {
+        let Some(value) = self.value(name, || format!("using default {}", show(default))) else {
             return default;
         };
-        let value = raw.trim();
-        if value.is_empty() {
-            return default;
-        }
-        parse(value).unwrap_or_else(|| {
+        parse(&value).unwrap_or_else(|| {
             let shown = show(default);
             self.warnings
                 .push(format!("{name}='{value}' is not {valid}; using default {shown}"));
@@ -385,14 +396,10 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         parse: impl Fn(&str) -> Option<T>,
         show: impl Fn(&T) -> String,
     ) -> T {
-        let Some(raw) = (self.lookup)(name) else {
+        let Some(value) = self.value(name, || format!("using default {}", show(&default))) else {
             return default;
         };
-        let value = raw.trim();
-        if value.is_empty() {
-            return default;
-        }
-        parse(value).unwrap_or_else(|| {
+        parse(&value).unwrap_or_else(|| {
             let shown = show(&default);
             self.warnings
                 .push(format!("{name}='{value}' is not {valid}; using default {shown}"));
@@ -403,14 +410,10 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
     /// A `k=v,…` list; a bad one warns without echoing the value (headers carry credentials)
     /// and gives the empty list.
     fn read_pairs(&mut self, name: &str, secret: bool) -> Vec<(String, String)> {
-        let Some(raw) = (self.lookup)(name) else {
+        let Some(value) = self.value(name, || "ignoring it".to_owned()) else {
             return Vec::new();
         };
-        let value = raw.trim();
-        if value.is_empty() {
-            return Vec::new();
-        }
-        parse_pairs(value).unwrap_or_else(|| {
+        parse_pairs(&value).unwrap_or_else(|| {
             let shown = if secret {
                 format!("<{} bytes, not shown>", value.len())
             } else {
@@ -819,12 +822,19 @@ mod tests {
     }
 
     #[test]
-    fn unset_empty_and_blank_are_silent_defaults() {
+    fn empty_and_blank_values_warn_once_and_keep_the_default() {
         for name in ALL {
             for value in ["", "   ", "\t"] {
                 let (config, warnings) = load(&[(name, value)]);
                 assert_eq!(config, Config::default(), "{name}={value:?}");
-                assert!(warnings.is_empty(), "{name}={value:?}: {warnings:?}");
+                // The default named is the one the configuration line shows.
+                let described = Config::default().describe();
+                let shown = described
+                    .split(&format!(" {name}="))
+                    .nth(1)
+                    .and_then(|v| v.split(' ').next());
+                let expected = format!("{name}='' is empty; using default {}", shown.unwrap_or("?"));
+                assert_eq!(warnings, [expected], "{name}={value:?}");
             }
         }
     }

@@ -13,8 +13,8 @@
 use std::ffi::{CString, c_int, c_ulong};
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
-use std::sync::{PoisonError, RwLock};
 
+use parking_lot::RwLock;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber, span};
 
@@ -39,7 +39,7 @@ static LOGGER: RwLock<ncclDebugLogger_t> = RwLock::new(None);
 /// Called on: NCCL app thread (`init`).
 pub fn set_logger(logfn: ncclDebugLogger_t) {
     if logfn.is_some() {
-        *LOGGER.write().unwrap_or_else(PoisonError::into_inner) = logfn;
+        *LOGGER.write() = logfn;
     }
 }
 
@@ -48,7 +48,7 @@ pub fn set_logger(logfn: ncclDebugLogger_t) {
 /// its telemetry thread keeps running after NCCL's `dlclose`, while libnccl (the logger's code)
 /// may be unloaded. Called on: NCCL app thread (`finalize`).
 pub fn clear_logger() {
-    *LOGGER.write().unwrap_or_else(PoisonError::into_inner) = None;
+    *LOGGER.write() = None;
 }
 
 /// Makes the NCCL forwarder the process-wide `tracing` subscriber. Idempotent and thread-safe;
@@ -101,7 +101,7 @@ impl Subscriber for Forwarder {
 
 /// Sends `line` to NCCL's logger, or WARN/ERROR to stderr when there is none.
 fn emit(line: Line) {
-    let logger = LOGGER.read().unwrap_or_else(PoisonError::into_inner);
+    let logger = LOGGER.read();
     match *logger {
         // SAFETY: `logfn` came from NCCL's `init` and stays valid while libnccl is loaded; the
         // read guard keeps `clear_logger` (last `finalize`, before NCCL may unload) from returning
@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn null_logger_is_ignored_and_install_is_idempotent() {
         set_logger(None);
-        assert!(LOGGER.read().unwrap().is_none());
+        assert!(LOGGER.read().is_none());
         install();
         install();
     }

@@ -537,8 +537,8 @@ fn every_variable_has_a_row() {
 }
 
 /// Pure: each variable alone, given each bad value of its kind, yields exactly one warning naming
-/// the variable (and the value, unless it is a secret), and the default configuration; an empty or
-/// blank value is the default, silently (documented in docs/configuration.md).
+/// the variable (and the value, unless it is a secret), and the default configuration; so does an
+/// empty or blank value.
 #[test]
 fn bad_values_warn_once_and_keep_the_default() {
     let _serial = SERIAL.lock(); // no test may end while another counts threads
@@ -548,7 +548,10 @@ fn bad_values_warn_once_and_keep_the_default() {
         for value in ["", "  ", "\t"] {
             let (config, warnings) = Config::from_lookup(|n| (n == name).then(|| value.to_owned()));
             assert_eq!(config, default, "{name}={value:?}");
-            assert!(warnings.is_empty(), "{name}={value:?}: {warnings:?}");
+            assert_eq!(warnings.len(), 1, "{name}={value:?}: one warning, got {warnings:?}");
+            let w = &warnings[0];
+            assert!(w.starts_with(&format!("{name}='' is empty; ")), "{w}");
+            assert!(w.contains("using default ") || w.contains("ignoring it"), "{w}");
         }
         for value in bad_values(kind) {
             let (config, warnings) = Config::from_lookup(|n| (n == name).then(|| value.clone()));

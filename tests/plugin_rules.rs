@@ -8,7 +8,7 @@
 
 mod emulator;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use emulator::{H, Plugin, pid, ty};
@@ -19,6 +19,7 @@ use nccl_profiler_otel::handle::Context;
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use nccl_profiler_otel::{clock, config::Config};
+use parking_lot::Mutex;
 
 const CAPACITY: u32 = 4096;
 const COUNT_TRIGGER: u32 = 1000;
@@ -30,7 +31,7 @@ struct Capture(Mutex<Vec<WindowSummary>>);
 
 impl Sink for Capture {
     fn window(&self, summary: &WindowSummary) {
-        self.0.lock().unwrap().push(summary.clone());
+        self.0.lock().push(summary.clone());
     }
 }
 
@@ -65,7 +66,7 @@ fn new_comm(p: &Plugin, rank: i32, nranks: i32) -> emulator::Comm {
 
 /// Summaries delivered for communicator `hash` so far (taken).
 fn delivered(hash: u64) -> Vec<WindowSummary> {
-    let mut all = setup().1.0.lock().unwrap();
+    let mut all = setup().1.0.lock();
     let (mine, rest): (Vec<_>, Vec<_>) = all.drain(..).partition(|s| s.comm.hash == hash);
     *all = rest;
     mine

@@ -7,8 +7,8 @@
 //! so a fixed-arity function stands in for it there. Elsewhere the emulator passes NULL, which
 //! NCCL never does but the plugin accepts.
 
+use parking_lot::Mutex;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong};
-use std::sync::Mutex;
 
 use nccl_profiler_otel::bindings::ncclDebugLogger_t;
 
@@ -29,7 +29,7 @@ static LINES: Mutex<Vec<Line>> = Mutex::new(Vec::new());
 
 /// Every line captured so far (up to the last 4096), oldest first.
 pub fn lines() -> Vec<Line> {
-    LINES.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    LINES.lock().clone()
 }
 
 /// Captured WARN lines.
@@ -56,7 +56,7 @@ unsafe extern "C" fn capture(
     } else {
         fmt.to_string_lossy().into_owned()
     };
-    let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lines = LINES.lock();
     if lines.len() >= KEEP {
         lines.remove(0);
     }

@@ -10,10 +10,10 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nccl_profiler_otel::bindings::*;
+use parking_lot::Mutex;
 
 use super::logger;
 
@@ -236,7 +236,7 @@ pub fn descr(ty: u8, parent: H, rank: i32) -> ncclProfilerEventDescr_v4_t {
 /// A NUL-terminated copy of `s` that lives for the rest of the process (one per distinct string).
 pub fn cstr(s: &'static str) -> *const c_char {
     static INTERNED: Mutex<BTreeMap<&'static str, &'static CStr>> = Mutex::new(BTreeMap::new());
-    let mut m = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = INTERNED.lock();
     m.entry(s)
         .or_insert_with(|| Box::leak(CString::new(s).expect("no NUL").into_boxed_c_str()))
         .as_ptr()
