@@ -147,7 +147,8 @@ struct QueueState {
     capacity: usize,
     /// Sequence number of the last request queued.
     queued: u64,
-    /// Every request up to this sequence number is finished (sent, failed or dropped).
+    /// Every request up to this sequence number is finished: sent or failed, or dropped before a
+    /// later one that was.
     done: u64,
     /// The last error, until the telemetry thread logs it.
     error: Option<String>,
@@ -176,10 +177,10 @@ static QUEUE: Queue = Queue {
 /// Queues one request; returns its sequence number. Drops the oldest waiting one when full.
 fn enqueue(rm: ResourceMetrics) -> u64 {
     let mut q = QUEUE.state.lock();
-    while q.requests.len() >= q.capacity {
-        let Some((seq, _)) = q.requests.pop_front() else { break };
+    // A dropped request is not `done`: a flush waiting for it waits for a later request (which
+    // carries the dropped one's cumulative totals) to be sent.
+    while q.requests.len() >= q.capacity && q.requests.pop_front().is_some() {
         DROPPED.fetch_add(1, Ordering::Relaxed);
-        q.done = q.done.max(seq);
     }
     q.queued += 1;
     let seq = q.queued;
@@ -195,7 +196,8 @@ pub fn healthy() -> bool {
     HEALTHY.load(Ordering::Relaxed)
 }
 
-/// Waits until request `seq` is finished (sent, failed or dropped) or `deadline` passes;
+/// Waits until request `seq` is finished (sent or failed, or dropped and a later one sent or
+/// failed) or `deadline` passes;
 /// returns whether it finished. Called on: a flushing NCCL thread (`finalize`, exit).
 pub fn wait_exported(seq: u64, deadline: Instant) -> bool {
     let mut q = QUEUE.state.lock();
