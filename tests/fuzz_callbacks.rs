@@ -183,6 +183,10 @@ fn busy_stream_with_churn_balances() {
     }
     let (balance, callbacks) = run(&threads);
     assert!(callbacks > 50_000, "{callbacks} callbacks");
-    assert!(balance.drops > 0, "small windows overflow: {balance:?}");
+    // Whether windows overflow depends on the producers outrunning the telemetry thread, which
+    // a sanitizer's instrumentation of both does not guarantee; the account must balance anyway.
+    if std::env::var_os("SANITIZER").is_none() {
+        assert!(balance.drops > 0, "small windows overflow: {balance:?}");
+    }
     check(&balance).unwrap();
 }
