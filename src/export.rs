@@ -419,6 +419,7 @@ struct Instruments {
     windows_forced: Counter<u64>,
     windows_dropped: Counter<u64>,
     panics: Counter<u64>,
+    export_sent: Counter<u64>,
     export_failures: Counter<u64>,
     export_dropped: Counter<u64>,
     cardinality_overflow: Counter<u64>,
@@ -558,6 +559,12 @@ impl Instruments {
                 "{panic}",
                 "Panics caught by the callback guard",
             ),
+            export_sent: counter(
+                meter,
+                "nccl.profiler.export.sent",
+                "{request}",
+                "Export requests the collector accepted (file and stdout: written)",
+            ),
             export_failures: counter(
                 meter,
                 "nccl.profiler.export.failures",
@@ -645,7 +652,7 @@ type ChannelKey = (u64, String, i32, i32, u8);
 #[derive(Default)]
 struct Seen {
     stats: [u64; 8],
-    export: [u64; 3],
+    export: [u64; 4],
     /// Per communicator slot: the generation and communicator last seen there, its drop counts.
     drops: Vec<Option<(u16, CommMeta, DropCounts)>>,
 }
@@ -898,6 +905,7 @@ impl Pipeline {
             FAILURES.load(Ordering::Relaxed),
             DROPPED.load(Ordering::Relaxed),
             WINDOWS_DROPPED.load(Ordering::Relaxed),
+            EXPORTED.load(Ordering::Relaxed),
         ];
         let e: Vec<u64> = export
             .iter()
@@ -908,6 +916,7 @@ impl Pipeline {
         i.export_failures.add(e[0], &[]);
         i.export_dropped.add(e[1], &[]);
         i.windows_dropped.add(e[2], &[]);
+        i.export_sent.add(e[3], &[]);
 
         // A slot's counters restart at 0 when a communicator registers there (a new generation).
         for (slot, c) in comm::all().enumerate() {
