@@ -376,15 +376,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         parse: impl Fn(&str) -> Option<T>,
         show: fn(T) -> String,
     ) -> T {
-        let Some(value) = self.value(name, || format!("using default {}", show(default))) else {
-            return default;
-        };
-        parse(&value).unwrap_or_else(|| {
-            let shown = show(default);
-            self.warnings
-                .push(format!("{name}='{value}' is not {valid}; using default {shown}"));
-            default
-        })
+        self.read_owned(name, default, valid, parse, |v| show(*v))
     }
 
     /// [`Reader::read`] for non-`Copy` values.

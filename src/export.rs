@@ -20,6 +20,7 @@
 //! so its silent overflow never triggers); the inbox holds at most [`INBOX_CAPACITY`] summaries.
 #![forbid(unsafe_code)]
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io::Write as _;
@@ -334,36 +335,40 @@ struct OpInstruments {
 impl OpInstruments {
     fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
         OpInstruments {
-            bytes: meter
-                .f64_histogram(format!("{prefix}.bytes"))
-                .with_unit("By")
-                .with_description(format!("Bytes of each {what} (count × datatype size)"))
-                .with_boundaries(SIZE_BOUNDS.to_vec())
-                .build(),
-            duration: meter
-                .f64_histogram(format!("{prefix}.duration"))
-                .with_unit("s")
-                .with_description(format!("Duration of each {what}, start to last proxy op stop"))
-                .with_boundaries(DURATION_BOUNDS.to_vec())
-                .build(),
+            bytes: histogram(
+                meter,
+                format!("{prefix}.bytes"),
+                "By",
+                format!("Bytes of each {what} (count × datatype size)"),
+                &SIZE_BOUNDS,
+            ),
+            duration: histogram(
+                meter,
+                format!("{prefix}.duration"),
+                "s",
+                format!("Duration of each {what}, start to last proxy op stop"),
+                &DURATION_BOUNDS,
+            ),
             transfers: meter
                 .u64_histogram(format!("{prefix}.transfers"))
                 .with_unit("{transfer}")
                 .with_description(format!("Network transfers of each {what}"))
                 .with_boundaries(COUNT_BOUNDS.to_vec())
                 .build(),
-            transfer_size: meter
-                .f64_histogram(format!("{prefix}.transfer.size"))
-                .with_unit("By")
-                .with_description(format!("Bytes of each network transfer of a {what}"))
-                .with_boundaries(SIZE_BOUNDS.to_vec())
-                .build(),
-            transfer_duration: meter
-                .f64_histogram(format!("{prefix}.transfer.duration"))
-                .with_unit("s")
-                .with_description(format!("Duration of each network transfer of a {what}"))
-                .with_boundaries(DURATION_BOUNDS.to_vec())
-                .build(),
+            transfer_size: histogram(
+                meter,
+                format!("{prefix}.transfer.size"),
+                "By",
+                format!("Bytes of each network transfer of a {what}"),
+                &SIZE_BOUNDS,
+            ),
+            transfer_duration: histogram(
+                meter,
+                format!("{prefix}.transfer.duration"),
+                "s",
+                format!("Duration of each network transfer of a {what}"),
+                &DURATION_BOUNDS,
+            ),
         }
     }
 
@@ -433,6 +438,21 @@ fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &
         .build()
 }
 
+fn histogram(
+    meter: &Meter,
+    name: impl Into<Cow<'static, str>>,
+    unit: &'static str,
+    description: impl Into<Cow<'static, str>>,
+    bounds: &[f64],
+) -> Histogram<f64> {
+    meter
+        .f64_histogram(name)
+        .with_unit(unit)
+        .with_description(description)
+        .with_boundaries(bounds.to_vec())
+        .build()
+}
+
 fn gauge(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Gauge<f64> {
     meter
         .f64_gauge(name)
@@ -475,18 +495,20 @@ impl Instruments {
                 .with_unit("{transfer}")
                 .with_description("Transfers of the link in the interval's fit")
                 .build(),
-            channel_transfer_size: meter
-                .f64_histogram("nccl.channel.transfer.size")
-                .with_unit("By")
-                .with_description("Bytes of each network transfer on the channel")
-                .with_boundaries(SIZE_BOUNDS.to_vec())
-                .build(),
-            channel_transfer_duration: meter
-                .f64_histogram("nccl.channel.transfer.duration")
-                .with_unit("s")
-                .with_description("Duration of each network transfer on the channel")
-                .with_boundaries(DURATION_BOUNDS.to_vec())
-                .build(),
+            channel_transfer_size: histogram(
+                meter,
+                "nccl.channel.transfer.size",
+                "By",
+                "Bytes of each network transfer on the channel",
+                &SIZE_BOUNDS,
+            ),
+            channel_transfer_duration: histogram(
+                meter,
+                "nccl.channel.transfer.duration",
+                "s",
+                "Duration of each network transfer on the channel",
+                &DURATION_BOUNDS,
+            ),
             channel_latency: gauge(
                 meter,
                 "nccl.channel.latency",

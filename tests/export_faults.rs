@@ -84,12 +84,6 @@ fn burst(p: &Plugin, c: &emulator::Comm, secs: f64) -> Duration {
     slowest
 }
 
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
     while Instant::now() < end {
@@ -172,7 +166,7 @@ fn faulty_collector_never_harms_the_job() {
     );
 
     // Still hanging: requests pile up, but the queue and memory stay bounded.
-    let rss = rss_kib();
+    let rss = emulator::rss() >> 10;
     let slowest = burst(&p, &c, 1.5);
     assert!(slowest < CALLBACK_BOUND, "hang: a callback took {slowest:?}");
     let stats = export::stats();
@@ -182,7 +176,7 @@ fn faulty_collector_never_harms_the_job() {
         "a hung collector must make the queue drop: {stats:?}"
     );
     assert_eq!(stats.windows_dropped, 0);
-    let grown = rss_kib().saturating_sub(rss);
+    let grown = (emulator::rss() >> 10).saturating_sub(rss);
     assert!(grown < 64 * 1024, "RSS grew by {grown} KiB while the collector hung");
 
     // The last finalize returns within its bound while the collector hangs.

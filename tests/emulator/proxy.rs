@@ -582,6 +582,16 @@ impl<'a> Proxy<'a> {
         }
     }
 
+    /// The op's InProgress state, once, when the proxy first progresses it.
+    fn mark_in_progress(&self, op: &mut Op) {
+        if !op.in_progress {
+            if !op.handle.is_null() {
+                self.plugin.state(op.handle, ty::OP_IN_PROGRESS, 0);
+            }
+            op.in_progress = true;
+        }
+    }
+
     /// `deps`: arrival times of the channel's receive steps so far, and the ring dependency.
     fn progress_send(
         &mut self,
@@ -595,12 +605,7 @@ impl<'a> Proxy<'a> {
             return;
         }
         let p = self.plugin;
-        if !op.in_progress {
-            if !op.handle.is_null() {
-                p.state(op.handle, ty::OP_IN_PROGRESS, 0);
-            }
-            op.in_progress = true;
-        }
+        self.mark_in_progress(op);
         let nsteps = op.plan.steps.len();
         loop {
             let now = Instant::now();
@@ -730,12 +735,7 @@ impl<'a> Proxy<'a> {
             return;
         }
         let p = self.plugin;
-        if !op.in_progress {
-            if !op.handle.is_null() {
-                p.state(op.handle, ty::OP_IN_PROGRESS, 0);
-            }
-            op.in_progress = true;
-        }
+        self.mark_in_progress(op);
         let nsteps = op.plan.steps.len();
         let now = Instant::now();
         while op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
