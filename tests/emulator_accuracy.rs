@@ -7,15 +7,17 @@
 //!
 //! Host noise. The network is emulated in real time: a transfer ends when the proxy thread calls
 //! `stopEvent`, so a thread that the host preempts at that moment makes the transfer longer than
-//! the model, and the plugin rightly measures that. The emulator times every call itself, so a
-//! link is checked in three steps: (1) the plugin's fit must agree with the fit of the
-//! emulator's own timings of the same transfers (0.5 %) whenever the host disturbed none of
-//! them, else the test fails; (2) an attempt counts for a link when every transfer reached the
-//! plugin, the emulator reproduced the configured link within half the tolerance and (1) holds;
-//! the ranks of links without such an attempt run again, 12 times at most; (3) the plugin's
-//! figures must be within the tolerance of the configured link. The accuracy tests run one at a
-//! time and emulate one rank at a time, so the emulator never competes with itself for the two
-//! cores.
+//! the model, and the plugin rightly measures that. The emulator times every call itself and fits
+//! its own timings independently of the plugin, so a link is checked in three steps: (1) the
+//! plugin's fit must agree with the emulator's fit of the same transfers (0.5 %) whenever the
+//! host disturbed none of them, else the test fails; (2) the ranks of links without an attempt
+//! where every transfer reached the plugin, (1) holds and the emulation reproduced the configured
+//! link within half the tolerance run again, 12 times at most; (3) the plugin's figures must be
+//! within the tolerance of the configured link. A link whose emulation the host kept off the
+//! configured figures in all 12 attempts is checked by (1) alone (the plugin's job is to measure
+//! what the network did) and reported on stderr; one where (1) never held fails. The accuracy
+//! tests run one at a time and emulate one rank at a time, so the emulator never competes with
+//! itself for the two cores.
 
 mod emulator;
 
@@ -121,7 +123,7 @@ fn rel(a: f64, b: f64) -> f64 {
 }
 
 /// One link's figures, checked.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct LinkCheck {
     src: usize,
     dst: usize,
@@ -148,15 +150,15 @@ impl LinkCheck {
             && rel(self.plugin.1, self.emulated.1) <= 5e-3
     }
 
-    /// Usable against the configured link: every transfer reached the plugin, the emulation
-    /// reproduced the model within `tol / 2`, and plugin and emulator agree (a host stall inside
-    /// a callback shows on one side only). Without any disturbed transfer they must agree.
-    fn clean(&self, tol: f64) -> bool {
+    /// The plugin measured this attempt's transfers: all of them reached it and its fit agrees
+    /// with the emulator's (a host stall inside a callback shows on one side only). Without any
+    /// disturbed transfer they must agree.
+    fn verified(&self) -> bool {
         assert!(
             self.disturbed > 0 || !self.complete || self.plugin_matches_emulator(),
             "the plugin disagrees with the emulator's timing: {self:#?}"
         );
-        self.complete && self.emulated_within(tol / 2.0) && self.plugin_matches_emulator()
+        self.complete && self.plugin_matches_emulator()
     }
 }
 
@@ -202,38 +204,59 @@ fn run_links(s: &Setup, workload: &Workload, ranks: &BTreeSet<i32>) -> Vec<LinkC
     checks
 }
 
-/// Runs until every link had a clean attempt ([`LinkCheck::clean`]), at most 12 times, then checks
-/// the plugin within `tol` of the configured links.
+/// Runs until every link had a verified attempt ([`LinkCheck::verified`]) whose emulation
+/// reproduced the configured link within `tol / 2`, at most 12 times; then checks the plugin
+/// within `tol` of the configured links. A link that only had verified attempts off the
+/// configured figures (the host's doing) keeps its first such attempt and is reported.
 fn assert_links_recovered(workload: &Workload, tol: f64) -> Vec<LinkCheck> {
     let (_serial, s) = setup();
-    let mut seen = BTreeSet::new();
-    let mut good: HashMap<(usize, usize), LinkCheck> = HashMap::new();
-    let mut bad: HashMap<(usize, usize), LinkCheck> = HashMap::new();
+    let mut faithful: HashMap<(usize, usize), LinkCheck> = HashMap::new();
+    let mut verified: HashMap<(usize, usize), LinkCheck> = HashMap::new();
+    let mut unverified: HashMap<(usize, usize), LinkCheck> = HashMap::new();
     let mut ranks: BTreeSet<i32> = (0..workload.net.ranks as i32).collect();
     for _attempt in 0..12 {
         for c in run_links(s, workload, &ranks) {
-            seen.insert((c.src, c.dst));
-            if c.clean(tol) {
-                bad.remove(&(c.src, c.dst));
-                good.entry((c.src, c.dst)).or_insert(c);
-            } else if !good.contains_key(&(c.src, c.dst)) {
-                bad.insert((c.src, c.dst), c);
+            let key = (c.src, c.dst);
+            if faithful.contains_key(&key) {
+                continue;
+            }
+            if !c.verified() {
+                if !verified.contains_key(&key) {
+                    unverified.insert(key, c);
+                }
+                continue;
+            }
+            unverified.remove(&key);
+            if c.emulated_within(tol / 2.0) {
+                verified.remove(&key);
+                faithful.insert(key, c);
+            } else {
+                verified.entry(key).or_insert(c);
             }
         }
-        if good.len() == seen.len() {
+        if verified.is_empty() && unverified.is_empty() {
             break;
         }
-        // Again only for the ranks that send on a link without a clean attempt yet.
-        ranks = bad.values().map(|b| b.src as i32).collect();
+        // Again only for the ranks that send on a link without a faithful attempt yet.
+        ranks = verified
+            .values()
+            .chain(unverified.values())
+            .map(|c| c.src as i32)
+            .collect();
     }
     assert!(
-        bad.is_empty(),
-        "the host disturbed the emulation of these links in 12 attempts (not a plugin error): {:#?}",
-        bad.values().collect::<Vec<_>>()
+        unverified.is_empty(),
+        "in 12 attempts the plugin never measured every transfer of these links as the emulator timed them: {:#?}",
+        unverified.values().collect::<Vec<_>>()
     );
-    let mut checks: Vec<LinkCheck> = good.into_values().collect();
-    checks.sort_by_key(|c| (c.src, c.dst));
-    for c in &checks {
+    if !verified.is_empty() {
+        print_links(
+            "the host kept the emulation of these links off the configured figures in 12 attempts; \
+             the plugin matched the emulator's own timings",
+            &sorted(verified.values()),
+        );
+    }
+    for c in faithful.values() {
         assert!(
             rel(c.plugin.0, c.configured.0) <= tol && rel(c.plugin.1, c.configured.1) <= tol,
             "{} → {}: plugin latency {:.2} µs, bandwidth {:.4} GB/s; configured {:.2} µs, {:.4} GB/s; {c:?}",
@@ -245,7 +268,14 @@ fn assert_links_recovered(workload: &Workload, tol: f64) -> Vec<LinkCheck> {
             c.configured.1 / 1e9
         );
     }
-    checks
+    sorted(faithful.values().chain(verified.values()))
+}
+
+/// The checks by link.
+fn sorted<'a>(checks: impl Iterator<Item = &'a LinkCheck>) -> Vec<LinkCheck> {
+    let mut v: Vec<LinkCheck> = checks.cloned().collect();
+    v.sort_by_key(|c| (c.src, c.dst));
+    v
 }
 
 /// Four ranks, one per node, every ordered pair its own link (latency 200–350 µs, bandwidth
@@ -304,8 +334,7 @@ fn link_matrix_recovered_within_5_percent_with_jitter() {
 
 #[test]
 fn a_slow_link_stands_out() {
-    let (_serial, s) = setup();
-    // Ring 0 → 1 → 2 → 3 → 0 over 4 nodes; 2 → 3 is 4 times slower. All ranks at once.
+    // Ring 0 → 1 → 2 → 3 → 0 over 4 nodes; 2 → 3 is 4 times slower (320 µs, 1.5 GB/s).
     let net = Network::new(4, 1, Link::new_us(80.0, 6.0))
         .slow_link(2, 3, 4.0)
         .with_jitter(0.02);
@@ -313,44 +342,20 @@ fn a_slow_link_stands_out() {
     let w = Workload::new(net)
         .comm(CommSpec::new("ring", 0..4).calls(calls))
         .iterations(3);
-    let mut figures = Vec::new();
-    for _attempt in 0..8 {
-        let report = w.run(&s.plugin);
-        let by_comm = summaries(s, &report);
-        figures = report
-            .links
-            .iter()
-            .map(|l| {
-                let windows = by_comm.get(&(l.hash, l.rank)).map_or(&[][..], Vec::as_slice);
-                let nan = (f64::NAN, f64::NAN);
-                let fit = plugin_fit(&plugin_link(windows, l.rank, l.peer)).unwrap_or(nan);
-                (l.src, l.dst, fit, l.configured, l.measured().unwrap_or(nan))
-            })
-            .collect();
-        if figures
-            .iter()
-            .all(|f| rel(f.4.0, f.3.latency.as_secs_f64()) < 0.05 && rel(f.4.1, f.3.bandwidth) < 0.05)
-        {
-            break;
-        }
-    }
-    assert_eq!(figures.len(), 4);
-    let slow = figures.iter().find(|f| (f.0, f.1) == (2, 3)).expect("link 2 → 3");
-    for f in figures.iter().filter(|f| (f.0, f.1) != (2, 3)) {
+    let checks = assert_links_recovered(&w, 0.1);
+    print_links("ring with a slow link", &checks);
+    assert_eq!(checks.len(), 4);
+    let slow = checks.iter().find(|c| (c.src, c.dst) == (2, 3)).expect("link 2 → 3");
+    for c in checks.iter().filter(|c| (c.src, c.dst) != (2, 3)) {
         assert!(
-            slow.2.1 < 0.5 * f.2.1 && slow.2.0 > 2.0 * f.2.0,
+            slow.plugin.1 < 0.5 * c.plugin.1 && slow.plugin.0 > 2.0 * c.plugin.0,
             "2 → 3 ({:?}) must stand out against {} → {} ({:?})",
-            slow.2,
-            f.0,
-            f.1,
-            f.2
+            slow.plugin,
+            c.src,
+            c.dst,
+            c.plugin
         );
     }
-    assert!(
-        rel(slow.2.0, 320e-6) < 0.1 && rel(slow.2.1, 1.5e9) < 0.1,
-        "the slow link's own figures: {:?}",
-        slow.2
-    );
 }
 
 #[test]
