@@ -18,7 +18,8 @@
 //!   record is dropped for lack of room while the collector is faulty;
 //! - every drop is counted: each callback the plugin records is recorded or dropped (exactly),
 //!   each declined one is counted declined, nothing is rejected; export requests made = requests
-//!   received + `export.failures` + `export.dropped` (within the interval timing's tolerance);
+//!   received + `export.failures` + `export.dropped` (within the interval timing's tolerance), and
+//!   requests received = `export.sent` (less those in flight at the last collection);
 //! - exports resume: a request with fresh data arrives within [`RESUME_BOUND`] of each healthy
 //!   phase that follows a fault.
 //!
@@ -464,6 +465,7 @@ struct Totals {
     panics: u64,
     failures: u64,
     export_dropped: u64,
+    sent: u64,
     overflow: u64,
 }
 
@@ -508,6 +510,7 @@ fn snap(req: &ExportMetricsServiceRequest) -> Snap {
                 "nccl.profiler.panics" => t.panics += v,
                 "nccl.profiler.export.failures" => t.failures += v,
                 "nccl.profiler.export.dropped" => t.export_dropped += v,
+                "nccl.profiler.export.sent" => t.sent += v,
                 "nccl.profiler.cardinality.overflow" => t.overflow += v,
                 _ => {}
             }
@@ -984,6 +987,20 @@ fn soak_with_a_faulty_collector() {
         accounted >= made * 0.97 - (QUEUE + 2) as f64 && accounted <= made * 1.03 + 2.0,
         || format!("export requests: ~{made:.0} made, {accounted} received, failed or dropped"),
     );
+    // Requests the plugin counts as accepted (`export.sent`) are the ones the collector kept: the
+    // last request's count covers every earlier one, less those still in flight or queued when it
+    // was collected.
+    let received = snaps.len() as u64;
+    println!(
+        "export requests: {received} received, {} counted sent before the last",
+        total.sent
+    );
+    checks.check(total.sent < received && total.sent + QUEUE + 2 >= received, || {
+        format!(
+            "{received} requests received, but the last one counts {} sent before it",
+            total.sent
+        )
+    });
     checks.check(total.export_dropped > 0, || {
         "a hung collector never made the queue drop".to_owned()
     });
