@@ -1,9 +1,10 @@
 //! Every environment variable the plugin reads, parsed once per process into [`Config`].
 //!
-//! [`Config::from_lookup`] is pure: it takes a lookup function and returns the configuration plus
-//! one warning per bad variable. [`Config::global`] applies it to the process environment the first
-//! time it is called; [`Config::take_warnings`] hands its warnings out once, for logging through
-//! NCCL. Called on: the NCCL app thread in `init` (the first call reads the environment), then any.
+//! [`Config::from_lookup`] takes a lookup function and returns the configuration plus one warning
+//! per bad variable; its only I/O is reading the CA file named by [`TLS_STANDARD`] (cargo feature
+//! `tls`). [`Config::global`] applies it to the process environment the first time it is called;
+//! [`Config::take_warnings`] hands its warnings out once, for logging through NCCL. Called on: the
+//! NCCL app thread in `init` (the first call reads the environment), then any.
 //!
 //! Rules for every variable: unset means the default, silently. A value that is empty after
 //! trimming whitespace, does not parse or is out of range gives the default and exactly one
@@ -95,6 +96,10 @@ pub mod otel {
     pub const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
     /// `service.name`.
     pub const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+    /// Path of a PEM file of the CA certificates trusted for the collector (cargo feature `tls`).
+    pub const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+    /// Metrics CA file; wins over [`CERTIFICATE`].
+    pub const METRICS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE";
 }
 
 /// Every standard variable read by [`Config::from_lookup`].
@@ -111,6 +116,9 @@ pub const STANDARD: [&str; 11] = [
     otel::RESOURCE_ATTRIBUTES,
     otel::SERVICE_NAME,
 ];
+
+/// Standard variables read by [`Config::from_lookup`] only in builds with the cargo feature `tls`.
+pub const TLS_STANDARD: [&str; 2] = [otel::CERTIFICATE, otel::METRICS_CERTIFICATE];
 
 /// Launcher variables that become resource attributes when set: (variable, attribute).
 pub const LAUNCHER: [(&str, &str); 7] = [
@@ -216,6 +224,19 @@ pub struct Export {
     /// Launcher identity ([`LAUNCHER`]) overlaid with [`otel::RESOURCE_ATTRIBUTES`] (without
     /// `service.name`), sorted by key.
     pub resource: Vec<(String, String)>,
+    /// The CA certificates trusted for an `https://` collector instead of the system's:
+    /// [`otel::METRICS_CERTIFICATE`], [`otel::CERTIFICATE`]; default (and always without the
+    /// cargo feature `tls`) `None`, the system roots.
+    pub certificate: Option<CaFile>,
+}
+
+/// A PEM file of CA certificates, read when the configuration is loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaFile {
+    /// The path, as given.
+    pub path: String,
+    /// Its contents: PEM, at least one certificate, each usable as a trust anchor.
+    pub pem: Vec<u8>,
 }
 
 impl Default for Config {
@@ -314,8 +335,9 @@ impl Config {
     }
 
     /// One line with the plugin version and the effective value of every variable in [`ALL`],
-    /// then of the protocol, temporality and service name, in the syntax each variable accepts;
-    /// logged at `init` on rank 0. Headers are never shown (they carry credentials).
+    /// then of the protocol, temporality, service name and, when one is in effect, the CA file,
+    /// in the syntax each variable accepts; logged at `init` on rank 0. Headers are never shown
+    /// (they carry credentials).
     #[must_use]
     pub fn describe(&self) -> String {
         let e = &self.export;
@@ -340,7 +362,11 @@ impl Config {
             (otel::TEMPORALITY, show_temporality(e.temporality)),
             (otel::SERVICE_NAME, e.service_name.clone()),
         ];
-        for (name, value) in ALL.iter().copied().zip(values).chain(standard) {
+        let ca = e
+            .certificate
+            .as_ref()
+            .map(|c| (otel::METRICS_CERTIFICATE, c.path.clone()));
+        for (name, value) in ALL.iter().copied().zip(values).chain(standard).chain(ca) {
             let _ = write!(line, " {name}={value}"); // a String never fails
         }
         line
@@ -473,6 +499,15 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
             self.read_pairs(otel::HEADERS, true),
             self.read_pairs(otel::METRICS_HEADERS, true),
         );
+        #[cfg(feature = "tls")]
+        let certificate = {
+            let valid = "a readable file of PEM CA certificates (at most 1 MiB)";
+            let read = |s: &str| read_ca_file(s).map(Some);
+            let certificate = self.read_owned(otel::CERTIFICATE, None, valid, read, show_ca_file);
+            self.read_owned(otel::METRICS_CERTIFICATE, certificate, valid, read, show_ca_file)
+        };
+        #[cfg(not(feature = "tls"))]
+        let certificate = None;
         let temporality = self.read(
             otel::TEMPORALITY,
             Temporality::Cumulative,
@@ -534,6 +569,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
             cardinality_limit,
             service_name,
             resource,
+            certificate,
         }
     }
 }
@@ -662,6 +698,28 @@ fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
     })
 }
 
+/// The regular file at `path` when it holds PEM certificates that are all usable as trust anchors
+/// (sections of other types are skipped), at least one.
+#[cfg(feature = "tls")]
+fn read_ca_file(path: &str) -> Option<CaFile> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    /// A bundle of every public root is about 220 KB.
+    const MAX_CA_FILE: u64 = 1 << 20;
+    // Checked before opening: a FIFO or a device such as /dev/stdin could block or never end.
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_CA_FILE {
+        return None;
+    }
+    let pem = std::fs::read(path).ok()?;
+    let certs: Vec<CertificateDer> = CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().ok()?;
+    let (added, ignored) = rustls::RootCertStore::empty().add_parsable_certificates(certs);
+    (added > 0 && ignored == 0).then(|| CaFile {
+        path: path.to_owned(),
+        pem,
+    })
+}
+
 /// A path pattern whose `%` sequences are `%h`, `%p` or `%%`.
 fn parse_file_pattern(s: &str) -> Option<String> {
     let mut chars = s.chars();
@@ -764,6 +822,13 @@ fn show_u32(value: u32) -> String {
     value.to_string()
 }
 
+#[cfg(feature = "tls")]
+fn show_ca_file(value: &Option<CaFile>) -> String {
+    value
+        .as_ref()
+        .map_or_else(|| "(the system roots)".to_owned(), |c| c.path.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -808,6 +873,7 @@ mod tests {
                     cardinality_limit: 2000,
                     service_name: "nccl".into(),
                     resource: vec![],
+                    certificate: None,
                 },
             }
         );
@@ -1193,6 +1259,104 @@ mod tests {
         assert_eq!(config.export.file, "/tmp/%h/%p-100%%.jsonl");
         for value in ["a%d", "trailing%", "%H"] {
             assert_rejected(EXPORT_FILE, value, DEFAULT_EXPORT_FILE);
+        }
+    }
+
+    #[test]
+    #[cfg(not(feature = "tls"))]
+    fn certificate_is_ignored_without_tls() {
+        let (config, warnings) = load(&[(otel::CERTIFICATE, "/nonexistent"), (otel::METRICS_CERTIFICATE, "")]);
+        assert_eq!((config, warnings), (Config::default(), Vec::new()));
+    }
+
+    /// A file in the temporary directory holding `contents`; returns its path.
+    #[cfg(feature = "tls")]
+    fn scratch(name: &str, contents: &[u8]) -> String {
+        let path = std::env::temp_dir().join(format!("nccl-otel-config-{}-{name}", std::process::id()));
+        std::fs::write(&path, contents).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    /// A self-signed CA certificate, PEM.
+    #[cfg(feature = "tls")]
+    fn ca_pem() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    #[test]
+    #[cfg(feature = "tls")]
+    fn certificate_files() {
+        let ca = ca_pem();
+        let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        // A key section before the certificate is skipped.
+        let good = scratch("good.pem", format!("{key}{ca}").as_bytes());
+        let other = scratch("other.pem", ca_pem().as_bytes());
+        let (config, warnings) = load(&[(otel::CERTIFICATE, &good)]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let loaded = config.export.certificate.clone().expect("CA file");
+        assert_eq!(
+            (loaded.path.as_str(), loaded.pem.as_slice()),
+            (good.as_str(), format!("{key}{ca}").as_bytes())
+        );
+        let line = config.describe();
+        assert!(
+            line.ends_with(&format!(" {}={good}", otel::METRICS_CERTIFICATE)),
+            "{line}"
+        );
+        let (_, pairs) = line.split_once(": ").unwrap();
+        let vars: Vec<(&str, &str)> = pairs.split(' ').map(|pair| pair.split_once('=').unwrap()).collect();
+        assert_eq!(load(&vars), (config, Vec::new()));
+
+        // The metrics variable wins; a bad one warns once and keeps the generic one.
+        let path = |vars: &[(&str, &str)]| load(vars).0.export.certificate.map(|c| c.path);
+        let both = [
+            (otel::CERTIFICATE, other.as_str()),
+            (otel::METRICS_CERTIFICATE, good.as_str()),
+        ];
+        assert_eq!(path(&both), Some(good.clone()));
+        let (config, warnings) = load(&[(otel::CERTIFICATE, &other), (otel::METRICS_CERTIFICATE, "/nonexistent")]);
+        assert_eq!(config.export.certificate.map(|c| c.path), Some(other.clone()));
+        assert_eq!(
+            warnings,
+            [format!(
+                "{}='/nonexistent' is not a readable file of PEM CA certificates (at most 1 MiB); using \
+                 default {other}",
+                otel::METRICS_CERTIFICATE
+            )]
+        );
+
+        let body = ca.lines().filter(|l| !l.starts_with("-----")).collect::<String>();
+        let bad = [
+            scratch("empty.pem", b""),
+            scratch("key.pem", key.as_bytes()),
+            scratch("text.pem", b"not a certificate\n"),
+            scratch("base64.pem", ca.replacen(&body[..8], "!!!!!!!!", 1).as_bytes()),
+            scratch(
+                "der.pem",
+                b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+            ),
+            scratch("huge.pem", &vec![b'\n'; (1 << 20) + 1]),
+        ];
+        let tmp = std::env::temp_dir().to_string_lossy().into_owned();
+        let not_files = ["/nonexistent/ca.pem", tmp.as_str(), "/dev/null", "/dev/stdin"];
+        for value in bad.iter().map(String::as_str).chain(not_files) {
+            for name in TLS_STANDARD {
+                assert_rejected(name, value, "(the system roots)");
+            }
+        }
+        for name in TLS_STANDARD {
+            let (config, warnings) = load(&[(name, " ")]);
+            assert_eq!(config, Config::default());
+            assert_eq!(
+                warnings,
+                [format!("{name}='' is empty; using default (the system roots)")]
+            );
+        }
+        for file in bad.iter().chain([&good, &other]) {
+            std::fs::remove_file(file).unwrap();
         }
     }
 

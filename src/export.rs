@@ -1175,6 +1175,15 @@ fn build_otlp(config: &config::Export) -> Result<Otlp, String> {
                 // HTTP_PROXY and friends must not capture a collector on this machine.
                 client = client.no_proxy();
             }
+            #[cfg(feature = "tls")]
+            if let Some(ca) = &config.certificate {
+                let certs = reqwest::Certificate::from_pem_bundle(&ca.pem).map_err(|e| fail(&e))?;
+                client = client.tls_certs_only(certs);
+            } else if !config.endpoint.starts_with("https://") {
+                // Nothing to verify: without this the client loads the system roots, and cannot be
+                // built on a host that has none.
+                client = client.tls_certs_only([]);
+            }
             let client = client.build().map_err(|e| fail(&e))?;
             let protocol = match config.protocol {
                 Protocol::HttpJson => opentelemetry_otlp::Protocol::HttpJson,
@@ -1222,7 +1231,11 @@ fn build_otlp(config: &config::Export) -> Result<Otlp, String> {
                 .with_temporality(temporality);
             #[cfg(feature = "tls")]
             let builder = if config.endpoint.starts_with("https://") {
-                builder.with_tls_config(tonic::transport::ClientTlsConfig::new().with_enabled_roots())
+                let tls = tonic::transport::ClientTlsConfig::new();
+                builder.with_tls_config(match &config.certificate {
+                    Some(ca) => tls.ca_certificate(tonic::transport::Certificate::from_pem(&ca.pem)),
+                    None => tls.with_enabled_roots(),
+                })
             } else {
                 builder
             };

@@ -66,13 +66,7 @@ fn workload_arrives_with_the_documented_catalogue() {
     // Transport: protobuf to /v1/metrics, every request decoded, none failed (the proxy was
     // bypassed).
     assert_eq!(rx.undecodable(), 0);
-    assert!(
-        rx.seen()
-            .iter()
-            .all(|(ct, path)| ct == "application/x-protobuf" && path == "/v1/metrics"),
-        "{:?}",
-        rx.seen()
-    );
+    sx::assert_protobuf_to_v1_metrics(&rx);
     assert_eq!(
         nccl_profiler_otel::export::stats().failures,
         0,

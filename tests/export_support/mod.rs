@@ -195,6 +195,16 @@ pub fn latest(reqs: &[ExportMetricsServiceRequest], name: &str, attrs: &BTreeMap
         .find_map(|m| rx::points(m).into_iter().find(|p| &p.attrs == attrs))
 }
 
+/// Every request `receiver` saw was OTLP/HTTP protobuf posted to `/v1/metrics`.
+pub fn assert_protobuf_to_v1_metrics(receiver: &rx::Receiver) {
+    let seen = receiver.seen();
+    assert!(
+        seen.iter()
+            .all(|(ct, path)| ct == "application/x-protobuf" && path == "/v1/metrics"),
+        "{seen:?}"
+    );
+}
+
 /// Whether everything the workload on `t` produced has arrived (link bytes complete).
 pub fn complete(reqs: &[ExportMetricsServiceRequest], t: &Truth) -> bool {
     let want = (COLLS * COLL_STEPS.iter().sum::<u64>()) as f64;

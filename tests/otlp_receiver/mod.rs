@@ -1,9 +1,10 @@
 //! A small OTLP metrics receiver for tests and examples: OTLP/HTTP (protobuf or JSON, plain or
-//! gzip) on `127.0.0.1:0`, and OTLP/gRPC with the `grpc` feature. Requests are decoded with the
-//! official OTLP types (`opentelemetry-proto`) and kept in arrival order.
+//! gzip) on `127.0.0.1:0`, and OTLP/gRPC with the `grpc` feature; each over TLS too with the `tls`
+//! feature. Requests are decoded with the official OTLP types (`opentelemetry-proto`) and kept in
+//! arrival order.
 //!
 //! ```ignore
-//! let rx = Receiver::start();                    // or Receiver::start_grpc()
+//! let rx = Receiver::start();                    // or start_grpc(), start_tls(..), start_grpc_tls(..)
 //! std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", rx.endpoint());
 //! // ... run the plugin ...
 //! rx.wait_for(Duration::from_secs(5), |reqs| find(reqs, "nccl.link.bytes").is_some());
@@ -67,16 +68,44 @@ pub struct Receiver {
 impl Receiver {
     /// OTLP/HTTP on 127.0.0.1 (a free port).
     pub fn start() -> Receiver {
+        Self::start_http("http", serve_connection)
+    }
+
+    /// OTLP/HTTP over TLS (`https://`) on 127.0.0.1 (a free port), presenting the certificate
+    /// chain `cert_pem` (leaf first) with its private key `key_pem`.
+    #[cfg(feature = "tls")]
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> Receiver {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>();
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("a private key in PEM");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain.expect("certificates in PEM"), key)
+            .expect("a usable server certificate and key");
+        let config = Arc::new(config);
+        Self::start_http("https", move |stream, shared| {
+            // A failed handshake ends the connection at the first read, before any request.
+            if let Ok(tls) = rustls::ServerConnection::new(config.clone()) {
+                serve_connection(rustls::StreamOwned::new(tls, stream), shared);
+            }
+        })
+    }
+
+    /// OTLP/HTTP on 127.0.0.1 (a free port); `serve` handles each accepted connection.
+    fn start_http(scheme: &str, serve: impl Fn(TcpStream, Arc<Shared>) + Send + Sync + 'static) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared::new());
         let s = shared.clone();
         std::thread::Builder::new()
             .name("otlp-receiver".into())
-            .spawn(move || accept_loop(listener, addr, s))
+            .spawn(move || accept_loop(listener, addr, s, Arc::new(serve)))
             .unwrap();
         Receiver {
-            endpoint: format!("http://{addr}"),
+            endpoint: format!("{scheme}://{addr}"),
             shared,
         }
     }
@@ -84,21 +113,41 @@ impl Receiver {
     /// OTLP/gRPC on 127.0.0.1 (a free port), served by tonic on its own thread.
     #[cfg(feature = "grpc")]
     pub fn start_grpc() -> Receiver {
+        Self::start_grpc_with("http", |server| server)
+    }
+
+    /// OTLP/gRPC over TLS (`https://`) on 127.0.0.1 (a free port), presenting `cert_pem` (leaf
+    /// first) with its private key `key_pem`.
+    #[cfg(all(feature = "grpc", feature = "tls"))]
+    pub fn start_grpc_tls(cert_pem: &str, key_pem: &str) -> Receiver {
+        let identity = tonic::transport::Identity::from_pem(cert_pem, key_pem);
+        let tls = tonic::transport::ServerTlsConfig::new().identity(identity);
+        Self::start_grpc_with("https", move |server| {
+            server.tls_config(tls).expect("a usable server certificate and key")
+        })
+    }
+
+    /// OTLP/gRPC on 127.0.0.1 (a free port); `configure` adjusts tonic's server (TLS).
+    #[cfg(feature = "grpc")]
+    fn start_grpc_with(
+        scheme: &str,
+        configure: impl FnOnce(tonic::transport::Server) -> tonic::transport::Server + Send + 'static,
+    ) -> Receiver {
         let shared = Arc::new(Shared::new());
         let (tx, rx) = std::sync::mpsc::channel();
         let s = shared.clone();
         std::thread::Builder::new()
             .name("otlp-receiver-grpc".into())
-            .spawn(move || grpc::serve(s, tx))
+            .spawn(move || grpc::serve(s, tx, configure))
             .unwrap();
         let addr = rx.recv().expect("gRPC receiver started");
         Receiver {
-            endpoint: format!("http://{addr}"),
+            endpoint: format!("{scheme}://{addr}"),
             shared,
         }
     }
 
-    /// Base URL (`http://127.0.0.1:PORT`); OTLP/HTTP clients append `/v1/metrics`.
+    /// Base URL (`http://127.0.0.1:PORT`, or `https://`); OTLP/HTTP clients append `/v1/metrics`.
     pub fn endpoint(&self) -> String {
         self.endpoint.clone()
     }
@@ -179,9 +228,14 @@ impl Shared {
     }
 }
 
-/// Accepts until stopped; drops the listener while the fault is `Refuse` and binds the same port
-/// again after.
-fn accept_loop(listener: TcpListener, addr: SocketAddr, shared: Arc<Shared>) {
+/// Accepts until stopped, each connection on a thread of its own running `serve`; drops the
+/// listener while the fault is `Refuse` and binds the same port again after.
+fn accept_loop(
+    listener: TcpListener,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    serve: Arc<dyn Fn(TcpStream, Arc<Shared>) + Send + Sync>,
+) {
     let mut listener = Some(listener);
     while !shared.stop.load(Ordering::Relaxed) {
         match (shared.fault(), listener.is_some()) {
@@ -197,8 +251,10 @@ fn accept_loop(listener: TcpListener, addr: SocketAddr, shared: Arc<Shared>) {
         l.set_nonblocking(true).unwrap();
         match l.accept() {
             Ok((stream, _)) => {
-                let s = shared.clone();
-                std::thread::spawn(move || serve_connection(stream, s));
+                stream.set_nonblocking(false).ok();
+                stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
+                let (s, serve) = (shared.clone(), serve.clone());
+                std::thread::spawn(move || serve(stream, s));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
             Err(_) => std::thread::sleep(Duration::from_millis(2)),
@@ -207,11 +263,8 @@ fn accept_loop(listener: TcpListener, addr: SocketAddr, shared: Arc<Shared>) {
 }
 
 /// One HTTP/1.1 connection, keep-alive: request after request until the client closes.
-fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
-    stream.set_nonblocking(false).ok();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut out = stream;
+fn serve_connection(stream: impl Read + Write, shared: Arc<Shared>) {
+    let mut reader = BufReader::new(stream);
     loop {
         let Some((path, headers, body)) = read_request(&mut reader) else {
             return;
@@ -234,7 +287,7 @@ fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
             }
             Fault::Status(code) => {
                 let reply = format!("HTTP/1.1 {code} Fault\r\ncontent-length: 0\r\n\r\n");
-                if out.write_all(reply.as_bytes()).is_err() {
+                if send(reader.get_mut(), &reply).is_err() {
                     return;
                 }
             }
@@ -264,12 +317,18 @@ fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
                     "HTTP/1.1 {status}\r\ncontent-type: {reply_type}\r\ncontent-length: {}\r\n\r\n{body}",
                     body.len()
                 );
-                if out.write_all(reply.as_bytes()).is_err() {
+                if send(reader.get_mut(), &reply).is_err() {
                     return;
                 }
             }
         }
     }
+}
+
+/// Writes `reply` out (through TLS, too).
+fn send(out: &mut impl Write, reply: &str) -> std::io::Result<()> {
+    out.write_all(reply.as_bytes())?;
+    out.flush()
 }
 
 fn gunzip(body: &[u8]) -> Option<Vec<u8>> {
@@ -279,7 +338,7 @@ fn gunzip(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Reads one request: (path, lower-case headers, body). `None` at end of stream or on garbage.
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, BTreeMap<String, String>, Vec<u8>)> {
+fn read_request(reader: &mut impl BufRead) -> Option<(String, BTreeMap<String, String>, Vec<u8>)> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -370,7 +429,11 @@ mod grpc {
         }
     }
 
-    pub(super) fn serve(shared: Arc<Shared>, started: std::sync::mpsc::Sender<std::net::SocketAddr>) {
+    pub(super) fn serve(
+        shared: Arc<Shared>,
+        started: std::sync::mpsc::Sender<std::net::SocketAddr>,
+        configure: impl FnOnce(tonic::transport::Server) -> tonic::transport::Server,
+    ) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -379,7 +442,7 @@ mod grpc {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             started.send(listener.local_addr().unwrap()).unwrap();
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
-            tonic::transport::Server::builder()
+            configure(tonic::transport::Server::builder())
                 .add_service(MetricsServiceServer::new(Service(shared)))
                 .serve_with_incoming(incoming)
                 .await
