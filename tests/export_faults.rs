@@ -356,7 +356,6 @@ fn reap(pid: libc::pid_t, limit: Duration) -> Result<(libc::c_int, Duration), St
 /// `extra` over it); fails the test if it hangs.
 fn run_child(scenario: &str, endpoint: &str, extra: &[(&str, String)]) -> ChildRun {
     static RUNS: AtomicU64 = AtomicU64::new(0);
-    let exe = std::env::current_exe().unwrap();
     let err_path = std::env::temp_dir().join(format!(
         "export_faults.{}.{scenario}.{}.stderr",
         std::process::id(),
@@ -364,15 +363,7 @@ fn run_child(scenario: &str, endpoint: &str, extra: &[(&str, String)]) -> ChildR
     ));
     let err = std::fs::File::create(&err_path).unwrap();
     #[allow(clippy::zombie_processes)] // `reap` waits for it by pid (and kills it if it hangs)
-    let child = Command::new(exe)
-        .args([
-            "--exact",
-            "child_scenario",
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(CHILD, scenario)
+    let child = sx::child("child_scenario", CHILD, scenario)
         .envs(env(endpoint))
         .envs(extra.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

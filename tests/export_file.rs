@@ -8,7 +8,6 @@ mod export_support;
 mod otlp_receiver;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use emulator::{H, Plugin};
@@ -153,16 +152,7 @@ fn stdout_writes_the_same_json_lines() {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args([
-            "--exact",
-            "stdout_child",
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(CHILD, "stdout")
+    let out = sx::child("stdout_child", CHILD, "stdout")
         .env("NCCL_PROFILER_OTEL_EXPORTER", "stdout")
         // What the other test of this binary may have set.
         .env_remove("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")

@@ -95,10 +95,8 @@ impl Drop for Scratch {
 /// Runs the child `case` exporting to `endpoint` over `protocol`, with `vars` set and the
 /// certificate variables otherwise unset; asserts it passed.
 fn run_child(case: &str, protocol: &str, endpoint: &str, vars: &[(&str, &str)]) {
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child", "--ignored", "--test-threads=1", "--nocapture"])
-        .env(CHILD, case)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    let mut cmd = sx::child("child", CHILD, case);
+    cmd.env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint)
         .env("NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS", TIMEOUT_MS.to_string())
         .env_remove(otel::CERTIFICATE)

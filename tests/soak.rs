@@ -301,7 +301,7 @@ fn app<'a>(p: &Plugin, c: Comm, tx: SyncSender<Task>, shared: &'a Shared, calls:
         let steps = 2 + probe.random(5) as u32;
         let group = probe.call(|| p.group(&c));
         probe.outcomes.declined += 1;
-        let task = if k % 4 == 3 {
+        let (root, channels) = if k % 4 == 3 {
             let mut send = p2p_descr(
                 c.rank,
                 group,
@@ -330,14 +330,7 @@ fn app<'a>(p: &Plugin, c: Comm, tx: SyncSender<Task>, shared: &'a Shared, calls:
                     probe.outcomes.record += 1;
                 }
             }
-            Task {
-                root: s,
-                send_peer: succ,
-                recv_peer: pred,
-                channels: 1,
-                steps,
-                step_bytes: bytes / u64::from(steps),
-            }
+            (s, 1)
         } else {
             let f = probe.random(COLLS.len() as u64) as usize;
             let mut d = coll_descr(
@@ -358,14 +351,15 @@ fn app<'a>(p: &Plugin, c: Comm, tx: SyncSender<Task>, shared: &'a Shared, calls:
                 probe.call(|| p.stop(h));
                 probe.outcomes.record += 1;
             }
-            Task {
-                root: h,
-                send_peer: succ,
-                recv_peer: pred,
-                channels: 2,
-                steps,
-                step_bytes: bytes / 2 / u64::from(steps),
-            }
+            (h, 2)
+        };
+        let task = Task {
+            root,
+            send_peer: succ,
+            recv_peer: pred,
+            channels,
+            steps,
+            step_bytes: bytes / u64::from(channels) / u64::from(steps),
         };
         if !group.is_null() {
             probe.call(|| p.stop(group));

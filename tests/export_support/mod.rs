@@ -10,9 +10,13 @@
 //! - one stop with a stale handle.
 //!
 //! Every step's SendWait → stop time is spun to `LATENCY + bytes / BANDWIDTH`.
+//!
+//! Also [`child`]: a test that needs a fresh process (the configuration is read once per process)
+//! runs this test binary again.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::Duration;
 
 use super::emulator::{self, H, Plugin, ty};
@@ -193,6 +197,15 @@ pub fn latest(reqs: &[ExportMetricsServiceRequest], name: &str, attrs: &BTreeMap
         .rev()
         .filter(|m| m.name == name)
         .find_map(|m| rx::points(m).into_iter().find(|p| &p.attrs == attrs))
+}
+
+/// This test binary again, running only its ignored test `test`, with `var` = `case` telling it
+/// which case to run.
+pub fn child(test: &str, var: &str, case: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--ignored", "--test-threads=1", "--nocapture"])
+        .env(var, case);
+    cmd
 }
 
 /// Every request `receiver` saw was OTLP/HTTP protobuf posted to `/v1/metrics`.
