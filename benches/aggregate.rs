@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use nccl_profiler_otel::aggregate::{CommMeta, WindowId, summarize};
-use nccl_profiler_otel::event::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart, Record};
-use nccl_profiler_otel::handle::{CommId, Handle, Kind};
+use nccl_profiler_otel::record::handle::{CommId, Handle, Kind};
+use nccl_profiler_otel::record::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart, Record};
 
 const RECORDS: usize = 100_000;
 const WINDOW: WindowId = WindowId {
@@ -62,7 +62,6 @@ fn window() -> Vec<Record> {
             Body::Coll(CollStart {
                 seq,
                 count: 1 << 22,
-                root: 0,
                 func: Func::AllReduce,
                 algo: Algo::Ring,
                 proto: Proto::Simple,
@@ -79,8 +78,6 @@ fn window() -> Vec<Record> {
                         parent: coll,
                         rank: 3,
                         peer: 4,
-                        n_steps: steps as i32,
-                        chunk_size: 1 << 19,
                         channel,
                     }),
                 )
@@ -124,7 +121,6 @@ fn window() -> Vec<Record> {
             Body::Coll(CollStart {
                 seq,
                 count: 1024,
-                root: 0,
                 func: Func::AllGather,
                 algo: Algo::Ring,
                 proto: Proto::Ll,

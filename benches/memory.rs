@@ -49,7 +49,7 @@ fn main() {
     let (warm, _) = p.init(Some("warm-up"), 0x3E3_0000, 1, 2, 0);
     p.finalize(warm.context);
     let capacity = u64::from(Config::global().capacity);
-    let slot = std::mem::size_of::<nccl_profiler_otel::window::Slot>() as u64;
+    let slot = std::mem::size_of::<nccl_profiler_otel::buffer::arena::Slot>() as u64;
     println!(
         "memory: resident set per communicator (RSS deltas from /proc/self/statm); window capacity {capacity} records"
     );

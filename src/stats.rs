@@ -63,6 +63,43 @@ pub struct Stats {
     pub foreign_unmatched: Counter,
 }
 
+/// The counters' values at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// See [`Stats::panics`].
+    pub panics: u64,
+    /// See [`Stats::null_args`].
+    pub null_args: u64,
+    /// See [`Stats::stale`].
+    pub stale: u64,
+    /// See [`Stats::unknown_types`].
+    pub unknown_types: u64,
+    /// See [`Stats::unknown_states`].
+    pub unknown_states: u64,
+    /// See [`Stats::declined`].
+    pub declined: u64,
+    /// See [`Stats::foreign_ops`].
+    pub foreign_ops: u64,
+    /// See [`Stats::foreign_unmatched`].
+    pub foreign_unmatched: u64,
+}
+
+impl Stats {
+    /// Every counter now. Called on: the telemetry thread.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            panics: self.panics.get(),
+            null_args: self.null_args.get(),
+            stale: self.stale.get(),
+            unknown_types: self.unknown_types.get(),
+            unknown_states: self.unknown_states.get(),
+            declined: self.declined.get(),
+            foreign_ops: self.foreign_ops.get(),
+            foreign_unmatched: self.foreign_unmatched.get(),
+        }
+    }
+}
+
 /// The process's counters.
 pub static STATS: Stats = Stats {
     panics: Counter::new(),

@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use emulator::{Call, CommSpec, Func, Link, Network, Plugin, Report, Workload};
 use nccl_profiler_otel::aggregate::WindowSummary;
+use nccl_profiler_otel::aggregate::regression::{Mode, Samples};
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::Config;
-use nccl_profiler_otel::regression::{Mode, Samples};
 use nccl_profiler_otel::telemetry::{self, Sink};
 
 /// A host stall this long can outlast the 50 ms telemetry interval's grace for open events.

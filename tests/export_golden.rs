@@ -82,11 +82,7 @@ fn scripted_workload_exports_what_was_recorded() {
     // SAFETY: the only test of this binary; nothing else touches the environment.
     unsafe { sx::base_env(&[("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.as_str())]) };
     let p = Plugin::in_process();
-    let (c, truth) = sx::workload(&p, 0x601D_0001, "golden");
-    p.finalize(c.context);
-    let reqs = rx.requests();
-    assert!(sx::complete(&reqs, &truth), "the last finalize returned before its data arrived");
-    sx::check(&reqs, &truth);
+    let (reqs, _) = sx::finalized_workload(&p, &rx, 0x601D_0001, "golden");
 
     let got = canonical(&reqs);
     if std::env::var_os("GOLDEN_UPDATE").is_some() {

@@ -33,14 +33,7 @@ fn workload_arrives_over_grpc() {
     }
     let p = Plugin::in_process();
 
-    let (c, truth) = sx::workload(&p, 0x6290_0001, "grpc");
-    p.finalize(c.context);
-    let reqs = rx.requests();
-    assert!(
-        sx::complete(&reqs, &truth),
-        "the last finalize returned before its data arrived"
-    );
-    sx::check(&reqs, &truth);
+    let (reqs, _) = sx::finalized_workload(&p, &rx, 0x6290_0001, "grpc");
     sx::check_catalogue(&reqs, &["nccl.profiler.cardinality.overflow"]);
     assert_eq!(resource(&reqs)["service.name"], "trainer");
     assert!(rx.seen().iter().all(|(ct, _)| ct == "application/grpc"));

@@ -23,7 +23,7 @@ use emulator::{H, Plugin, logger, pid, rss, ty};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::{self, Config};
-use nccl_profiler_otel::handle::{Context, GEN_MASK};
+use nccl_profiler_otel::record::handle::{Context, GEN_MASK};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use parking_lot::{Mutex, MutexGuard};

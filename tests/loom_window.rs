@@ -7,8 +7,8 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use nccl_profiler_otel::event::{Body, Record};
-use nccl_profiler_otel::window::{Claim, Window, WindowState};
+use nccl_profiler_otel::buffer::window::{Claim, Window, WindowState};
+use nccl_profiler_otel::record::{Body, Record};
 
 fn rec(id: u64) -> Record {
     Record {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use emulator::{H, Plugin, pid, ty};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::comm::{self, SETTLE};
-use nccl_profiler_otel::event::{Algo, Datatype, Func, Proto};
-use nccl_profiler_otel::handle::Context;
+use nccl_profiler_otel::record::handle::Context;
+use nccl_profiler_otel::record::{Algo, Datatype, Func, Proto};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use nccl_profiler_otel::{clock, config::Config};
@@ -264,7 +264,7 @@ fn pxn_ops_never_decode_foreign_context_or_parent() {
     // The originator's context: its own (slot, generation), our communicator's hash bits.
     let ours = Context::decode(c.context as u64).unwrap();
     let foreign_ctx = Context::new(
-        nccl_profiler_otel::handle::CommId {
+        nccl_profiler_otel::record::handle::CommId {
             slot: 4000,
             generation: 7,
         },

@@ -7,7 +7,7 @@
 
 pub mod v4;
 
-use crate::event::{CollStart, Func, P2pStart};
+use crate::record::{CollStart, Func, P2pStart};
 
 /// A ProxyOp descriptor's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,10 +18,6 @@ pub struct ProxyOp {
     pub rank: i32,
     /// Remote rank.
     pub peer: i32,
-    /// Planned transfers.
-    pub n_steps: i32,
-    /// Nominal bytes per transfer.
-    pub chunk_size: i32,
     /// Channel.
     pub channel: u8,
     /// Network send (the only ops that get steps and a stop for sends).

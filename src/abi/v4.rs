@@ -7,7 +7,7 @@ use crate::bindings::{
     ncclProfileColl, ncclProfileKernelCh, ncclProfileP2p, ncclProfileProxyOp, ncclProfileProxyStep,
     ncclProfilerEventDescr_v4_t, ncclProfilerEventStateArgs_v4_t,
 };
-use crate::event::{Algo, CollStart, Datatype, Func, P2pStart, Proto};
+use crate::record::{Algo, CollStart, Datatype, Func, P2pStart, Proto};
 
 /// A v4 descriptor as NCCL passes it.
 #[repr(transparent)]
@@ -43,7 +43,6 @@ impl Descriptor for DescrV4 {
             Some(CollStart {
                 seq: c.seqNumber,
                 count: c.count as u64,
-                root: c.root,
                 func: Func::from_bytes(c_bytes(c.func)),
                 algo: Algo::from_bytes(c_bytes(c.algo)),
                 proto: Proto::from_bytes(c_bytes(c.proto)),
@@ -79,8 +78,6 @@ impl Descriptor for DescrV4 {
             pid: p.pid,
             rank: self.0.rank,
             peer: p.peer,
-            n_steps: p.nSteps,
-            chunk_size: p.chunkSize,
             channel: p.channelId,
             is_send: p.isSend != 0,
         })

@@ -218,6 +218,26 @@ pub fn assert_protobuf_to_v1_metrics(receiver: &rx::Receiver) {
     );
 }
 
+/// Runs the workload on a new communicator and finalizes it (the process's last one: its data is
+/// exported before `finalize` returns); asserts that everything arrived at `rx` and matches the
+/// truth, and returns what arrived.
+pub fn finalized_workload(
+    p: &Plugin,
+    rx: &rx::Receiver,
+    hash: u64,
+    name: &'static str,
+) -> (Vec<ExportMetricsServiceRequest>, Truth) {
+    let (c, truth) = workload(p, hash, name);
+    p.finalize(c.context);
+    let reqs = rx.requests();
+    assert!(
+        complete(&reqs, &truth),
+        "the last finalize returned before its data arrived"
+    );
+    check(&reqs, &truth);
+    (reqs, truth)
+}
+
 /// Whether everything the workload on `t` produced has arrived (link bytes complete).
 pub fn complete(reqs: &[ExportMetricsServiceRequest], t: &Truth) -> bool {
     let want = (COLLS * COLL_STEPS.iter().sum::<u64>()) as f64;

@@ -53,7 +53,7 @@ use nccl_profiler_otel::bindings::{
 use nccl_profiler_otel::comm::{self, SETTLE};
 use nccl_profiler_otel::config::Config;
 use nccl_profiler_otel::ffi::ncclProfiler_v4;
-use nccl_profiler_otel::handle::{CommId, Context, GEN_MASK, Handle, Kind};
+use nccl_profiler_otel::record::handle::{CommId, Context, GEN_MASK, Handle, Kind};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};

@@ -84,14 +84,13 @@ pub const MAX_SIZES: usize = 256;
 /// [`Mode::Avg`] keeps centred moments (Welford per sample, Chan et al. per merge), so a merged
 /// fit equals the fit of all samples up to float rounding, in any order. [`Mode::Min`] keeps the
 /// minimum time per distinct size, at most [`MAX_SIZES`] of them: once full, a new size is not
-/// tracked (it replaces nothing) and is counted in [`Samples::dropped_sizes`]. Below that bound,
+/// tracked (it replaces nothing). Below that bound,
 /// merging is exact and order-independent; at it, which sizes are kept depends on arrival order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Samples {
     moments: Moments,
     /// `(bytes, min secs)`, sorted by bytes, unique bytes, at most `MAX_SIZES` entries.
     mins: Vec<(u64, f64)>,
-    dropped_sizes: u64,
 }
 
 impl Samples {
@@ -107,7 +106,6 @@ impl Samples {
     /// Adds every sample of `other`, as if each had been pushed here.
     pub fn merge(&mut self, other: &Samples) {
         self.moments.merge(&other.moments);
-        self.dropped_sizes += other.dropped_sizes;
         for &(bytes, secs) in &other.mins {
             self.record_min(bytes, secs);
         }
@@ -121,13 +119,6 @@ impl Samples {
     /// Whether no sample was accepted.
     pub fn is_empty(&self) -> bool {
         self.moments.n == 0
-    }
-
-    /// How often a size was left out of the [`Mode::Min`] table because it was full: once per
-    /// such push, once per such entry of a merged `Samples`, plus the merged `Samples`' own
-    /// count. Non-zero means the MIN fit saw only some sizes; the AVG fit still saw every sample.
-    pub fn dropped_sizes(&self) -> u64 {
-        self.dropped_sizes
     }
 
     /// Fits the samples in `mode`, with the same `None` cases as [`fit`].
@@ -146,8 +137,8 @@ impl Samples {
                     entry.1 = entry.1.min(secs);
                 }
             }
-            Err(_) if self.mins.len() >= MAX_SIZES => self.dropped_sizes += 1,
-            Err(i) => self.mins.insert(i, (bytes, secs)),
+            Err(i) if self.mins.len() < MAX_SIZES => self.mins.insert(i, (bytes, secs)),
+            Err(_) => {}
         }
     }
 }
@@ -501,11 +492,10 @@ mod tests {
         for i in 1..=MAX_SIZES as u64 {
             s.push(i * KIB, 1e-3 + i as f64 * 1e-6);
         }
-        assert_eq!(s.dropped_sizes(), 0);
+        assert_eq!(s.mins.len(), MAX_SIZES);
         s.push(0, 1e-3);
         s.push(10_000 * KIB, 1.0);
-        assert_eq!(s.dropped_sizes(), 2);
-        assert_eq!(s.mins.len(), MAX_SIZES);
+        assert_eq!(s.mins.len(), MAX_SIZES, "a full table tracks no new size");
         assert_eq!(s.len(), MAX_SIZES as u64 + 2);
         // A tracked size still takes a new minimum.
         s.push(KIB, 1e-4);
@@ -518,10 +508,9 @@ mod tests {
         other.push(30_000 * KIB, 1.0);
         s.merge(&other);
         assert_eq!(s.mins.first(), Some(&(KIB, 1e-5)));
-        assert_eq!(s.dropped_sizes(), 4);
+        assert_eq!(s.mins.len(), MAX_SIZES);
         let mut more = Samples::default();
         more.merge(&s);
-        assert_eq!(more.dropped_sizes(), 4);
         assert_eq!(more, s);
     }
 

@@ -21,12 +21,11 @@
 //! producer racing a `finalize` writes into mapped memory of the right type.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use std::mem::MaybeUninit;
-
 use crossbeam_utils::CachePadded;
 
-use crate::event::Record;
-use crate::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use super::arena::{Slot, release_from, zeroed_slots};
+use super::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use crate::record::Record;
 
 /// Cursor value of a sealed window; claims past it fail without wrapping for 2^62 attempts.
 const SEALED: u64 = 1 << 62;
@@ -43,13 +42,6 @@ pub enum WindowState {
     Closing = 2,
     /// Sealed; the consumer reads it.
     Processing = 3,
-}
-
-/// One record slot.
-pub struct Slot {
-    /// Epoch of the window when this slot's record was published.
-    stamp: AtomicU32,
-    record: UnsafeCell<MaybeUninit<Record>>,
 }
 
 /// A slot claimed by [`Window::push`].
@@ -197,7 +189,7 @@ impl Window {
             return false;
         }
         self.epoch.fetch_add(1, Ordering::Relaxed);
-        self.release_from(keep);
+        release_from(&self.slots, keep);
         self.transition(WindowState::Processing, WindowState::Ready)
     }
 
@@ -212,62 +204,16 @@ impl Window {
     /// Releases the memory of every slot of a READY window. Called on: consumer (`finalize`).
     pub fn release(&self) {
         if self.state() == WindowState::Ready {
-            self.release_from(0);
+            release_from(&self.slots, 0);
         }
     }
-
-    /// Returns the whole pages of slots at and past `first` to the kernel (they read as zero, a
-    /// valid empty slot, and cost no resident memory until touched again).
-    #[cfg(not(nccl_loom))]
-    fn release_from(&self, first: u32) {
-        let page = 4096usize;
-        let base = self.slots.as_ptr() as usize;
-        let end = base + std::mem::size_of_val(&*self.slots);
-        let from = (base + first as usize * size_of::<Slot>()).next_multiple_of(page);
-        if from < end {
-            let len = (end - from) / page * page;
-            // SAFETY: [from, from+len) lies inside our own slot allocation, which is never freed;
-            // MADV_DONTNEED zero-fills it, and all-zero bytes are a valid `Slot`. A racing late
-            // producer at worst writes a page that is then zero or kept: no invalid memory access.
-            unsafe { libc::madvise(from as *mut libc::c_void, len, libc::MADV_DONTNEED) };
-        }
-    }
-
-    #[cfg(nccl_loom)]
-    fn release_from(&self, _first: u32) {}
-}
-
-/// `capacity` empty slots, allocated zeroed so untouched pages are never resident; `None` when
-/// the memory cannot be had.
-#[cfg(not(nccl_loom))]
-fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
-    let layout = std::alloc::Layout::array::<Slot>(capacity.max(1)).ok()?;
-    // SAFETY: the layout is non-zero-sized; a zeroed `Slot` is valid (stamp 0 is no epoch, the
-    // record is `MaybeUninit`); pointer and length describe exactly that allocation, made with
-    // the layout `Box<[Slot]>` frees it with.
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<Slot>();
-        (!ptr.is_null()).then(|| Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, capacity.max(1))))
-    }
-}
-
-#[cfg(nccl_loom)]
-fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
-    Some(
-        (0..capacity)
-            .map(|_| Slot {
-                stamp: AtomicU32::new(0),
-                record: UnsafeCell::new(MaybeUninit::uninit()),
-            })
-            .collect(),
-    )
 }
 
 #[cfg(all(test, not(nccl_loom)))]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
-    use crate::event::Body;
+    use crate::record::Body;
 
     fn rec(id: u64) -> Record {
         Record {

@@ -1,0 +1,163 @@
+//! What one processed window says, ready for export: operations grouped by kind, transfers per
+//! link and channel, and the window's bookkeeping. Plain values: built by [`super::link`] on the
+//! telemetry thread (or `finalize`), read by the sinks.
+#![forbid(unsafe_code)]
+
+use super::regression::Samples;
+use crate::record::handle::CommId;
+use crate::record::{Algo, Datatype, Func, Proto};
+
+/// Communicator metadata, as `init` saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommMeta {
+    /// NCCL's communicator hash.
+    pub hash: u64,
+    /// Communicator name (`commName`), possibly empty.
+    pub name: String,
+    /// Our rank in the communicator.
+    pub rank: i32,
+    /// Number of ranks.
+    pub nranks: i32,
+    /// Number of nodes.
+    pub nnodes: i32,
+}
+
+/// Which window of which communicator a record slice is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowId {
+    /// The communicator.
+    pub comm: CommId,
+    /// Window index (0–3), as handles encode it.
+    pub window: u8,
+    /// The window's epoch while the records were written; handles keep its low 12 bits.
+    pub epoch: u32,
+}
+
+/// One network transfer (a finished send ProxyStep).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Transfer {
+    /// Bytes handed to the network (the step's SendWait).
+    pub bytes: u64,
+    /// SendWait → Stop, in seconds.
+    pub secs: f64,
+}
+
+/// One collective or P2P send.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpSample {
+    /// `count × datatype size`.
+    pub bytes: u64,
+    /// Start → last linked ProxyOp stop, or GPU time of its kernel channels without ProxyOps, in
+    /// seconds; `None` when some linked op or channel is unfinished or there is neither.
+    pub duration: Option<f64>,
+    /// Transfers under its linked ProxyOps.
+    pub transfers: u32,
+}
+
+/// What collectives are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CollKey {
+    /// Function.
+    pub func: Func,
+    /// Algorithm.
+    pub algo: Algo,
+    /// Protocol.
+    pub proto: Proto,
+    /// Element type.
+    pub datatype: Datatype,
+}
+
+/// Collectives of one kind in the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollGroup {
+    /// The kind.
+    pub key: CollKey,
+    /// One sample per collective, in start order.
+    pub ops: Vec<OpSample>,
+    /// Transfers of their linked ProxyOps, in step start order.
+    pub transfers: Vec<Transfer>,
+}
+
+/// P2P sends to one peer with one element type in the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct P2pGroup {
+    /// Receiving rank.
+    pub peer: i32,
+    /// Element type.
+    pub datatype: Datatype,
+    /// One sample per send, in start order.
+    pub ops: Vec<OpSample>,
+    /// Transfers of their linked ProxyOps, in step start order.
+    pub transfers: Vec<Transfer>,
+}
+
+/// Transfers from `rank` to `peer`, whatever they served (orphans and PXN ops included).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkGroup {
+    /// Sending rank: the ProxyOp's `rank` (ours, or the originator of a PXN op).
+    pub rank: i32,
+    /// Receiving rank.
+    pub peer: i32,
+    /// Total bytes transferred.
+    pub bytes: u64,
+    /// (bytes, seconds) per transfer; the consumer fits them with its own mode, after merging if
+    /// it wants.
+    pub samples: Samples,
+}
+
+/// Transfers on one channel, whatever they served.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelGroup {
+    /// Channel id.
+    pub channel: u8,
+    /// Transfers, in step start order.
+    pub transfers: Vec<Transfer>,
+    /// The same transfers as regression samples.
+    pub samples: Samples,
+}
+
+/// Bookkeeping of one window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowStats {
+    /// Published records (fillers with `id == 0` excluded).
+    pub records: u64,
+    /// Events started and never stopped; ProxySteps without SendWait or Stop.
+    pub unfinished: u64,
+    /// ProxyOps, ProxySteps and KernelCh whose parent is not in this window.
+    pub orphans: u64,
+    /// The window was processed with events still open (grace period over, or `finalize`).
+    pub forced: bool,
+    /// Some children could not join this window (it was full): durations here are withheld.
+    pub spilled: bool,
+}
+
+/// Everything one window says, ready for export.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowSummary {
+    /// The communicator.
+    pub comm: CommMeta,
+    /// Sorted by key.
+    pub colls: Vec<CollGroup>,
+    /// Sorted by (peer, datatype).
+    pub p2ps: Vec<P2pGroup>,
+    /// Sorted by (rank, peer).
+    pub links: Vec<LinkGroup>,
+    /// Sorted by channel.
+    pub channels: Vec<ChannelGroup>,
+    /// Bookkeeping.
+    pub stats: WindowStats,
+}
+
+impl WindowSummary {
+    /// Marks the window as spilled: some ProxyOps or KernelCh of its operations were recorded
+    /// elsewhere, so every duration here could be too short and is reported as unknown.
+    pub fn mark_spilled(&mut self) {
+        self.stats.spilled = true;
+        let ops = self
+            .colls
+            .iter_mut()
+            .flat_map(|g| &mut g.ops)
+            .chain(self.p2ps.iter_mut().flat_map(|g| &mut g.ops));
+        ops.for_each(|o| o.duration = None);
+    }
+}

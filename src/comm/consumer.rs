@@ -1,0 +1,293 @@
+//! The consumer side of a communicator: closing windows on their count or time trigger, tracking
+//! which events are still open, sealing and summarising windows, and recycling them. Every edge
+//! of the window state machine is taken here, under the communicator's consumer lock.
+//! Called on: the telemetry thread (`poll`), the thread freeing the communicator (`finalize`),
+//! NCCL's init thread (`reset`, from `register`).
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Comm, LIVE, SETTLE, WINDOWS};
+use crate::aggregate::{CommMeta, WindowId, WindowSummary, summarize};
+use crate::buffer::window::{Window, WindowState};
+use crate::config::Config;
+use crate::record::handle::{CommId, EPOCH_MASK, Handle};
+use crate::record::{Body, Record};
+
+/// How long a sealed window's reader waits for a producer that claimed a slot but has not
+/// published it; the record is then counted as unpublished and the window drains later.
+const PUBLISH_WAIT: Duration = Duration::from_millis(10);
+
+/// Consumer-side bookkeeping of one window.
+#[derive(Clone)]
+pub(super) struct Track {
+    /// When it became FILLING or CLOSING.
+    since: Instant,
+    /// Published records already scanned while CLOSING.
+    scanned: u32,
+    /// Events started and not yet stopped among the scanned records, plus KernelCh expected
+    /// under scanned collectives.
+    open: i64,
+    /// Start slots seen (bit per slot), so only real starts count and only their first stop.
+    started: Vec<u64>,
+    /// Start slots whose stop was seen.
+    stopped: Vec<u64>,
+    /// KernelCh still expected per collective slot (KernelCh in the mask).
+    kernels_due: HashMap<u32, u8>,
+}
+
+pub(super) struct Consumer {
+    meta: CommMeta,
+    tracks: [Track; WINDOWS],
+    interval: Duration,
+    count_trigger: u64,
+    /// Whether collectives get one KernelCh per channel (KernelCh in the activation mask).
+    kernel_ch: bool,
+}
+
+impl Consumer {
+    /// The consumer state of a communicator slot before its first `register`.
+    pub(super) fn new(config: &Config) -> Consumer {
+        Consumer {
+            meta: CommMeta {
+                hash: 0,
+                name: String::new(),
+                rank: 0,
+                nranks: 0,
+                nnodes: 0,
+            },
+            tracks: std::array::from_fn(|_| Track::new(Instant::now())),
+            interval: config.interval,
+            count_trigger: u64::from(config.count_trigger),
+            kernel_ch: false,
+        }
+    }
+
+    /// Starts over for a newly registered communicator; the count trigger is capped at
+    /// `root_limit`, the claims new events may take.
+    pub(super) fn reset(&mut self, meta: CommMeta, config: &Config, root_limit: u64) {
+        self.tracks = std::array::from_fn(|_| Track::new(Instant::now()));
+        self.interval = config.interval;
+        self.count_trigger = u64::from(config.count_trigger).min(root_limit);
+        self.kernel_ch = config.event_mask & crate::bindings::ncclProfileKernelCh as i32 != 0;
+        self.meta = meta;
+    }
+}
+
+impl Track {
+    fn new(since: Instant) -> Track {
+        Track {
+            since,
+            scanned: 0,
+            open: 0,
+            started: Vec::new(),
+            stopped: Vec::new(),
+            kernels_due: HashMap::new(),
+        }
+    }
+}
+
+/// Sets bit `i`; returns whether it was clear.
+fn set_bit(bits: &mut Vec<u64>, i: u32) -> bool {
+    let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
+    if bits.len() <= word {
+        bits.resize(word + 1, 0);
+    }
+    let fresh = bits[word] & bit == 0;
+    bits[word] |= bit;
+    fresh
+}
+
+fn has_bit(bits: &[u64], i: u32) -> bool {
+    bits.get(i as usize / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+}
+
+impl Comm {
+    /// Consumer step: finishes draining windows, closes the current window on the count or time
+    /// trigger and processes every CLOSING window whose events finished (after [`SETTLE`]) or
+    /// whose grace period (one interval) ran out. Called on: the telemetry thread.
+    pub fn poll(&self, now: Instant, secs_per_tick: f64) -> Vec<WindowSummary> {
+        let mut c = self.consumer.lock();
+        for (i, w) in self.windows.iter().enumerate() {
+            if w.state() == WindowState::Processing {
+                w.reset(c.tracks[i].scanned);
+            }
+        }
+        if self.state.load(Ordering::Acquire) & LIVE == 0 {
+            return Vec::new();
+        }
+        self.rotate_if_due(&mut c, now);
+        let grace = c.interval;
+        (0..WINDOWS)
+            .filter(|&i| self.windows[i].state() == WindowState::Closing)
+            .filter_map(|i| {
+                self.scan(&mut c, i);
+                let t = &c.tracks[i];
+                let age = now.saturating_duration_since(t.since);
+                let done = age >= SETTLE && t.open <= 0;
+                (done || age >= grace).then(|| self.process(&mut c, i, secs_per_tick))?
+            })
+            .collect()
+    }
+
+    /// Marks the communicator finalized (later callbacks with its handles are stale) and
+    /// processes every window that holds records, oldest first, unfinished events included.
+    /// Returns `None` when `id` is not live. Called on: the thread freeing the communicator.
+    pub fn finalize(&self, id: CommId, secs_per_tick: f64) -> Option<Vec<WindowSummary>> {
+        let mut c = self.consumer.lock();
+        let live = u32::from(id.generation) | LIVE;
+        // AcqRel: new lookups fail from here on; the windows below are read after.
+        self.state
+            .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        let mut order: Vec<usize> = (0..WINDOWS)
+            .filter(|&i| matches!(self.windows[i].state(), WindowState::Filling | WindowState::Closing))
+            .collect();
+        order.sort_by_key(|&i| (self.windows[i].state() == WindowState::Filling, c.tracks[i].since));
+        let summaries = order
+            .into_iter()
+            .filter_map(|i| {
+                self.scan(&mut c, i);
+                self.process(&mut c, i, secs_per_tick)
+            })
+            .collect();
+        self.windows.iter().for_each(Window::release);
+        Some(summaries)
+    }
+
+    /// Stops profiling communicator `id` without processing its windows (after a caught panic);
+    /// its handles become stale and `finalize` finds nothing to do. Called on: any thread.
+    pub fn disable(&self, id: CommId) {
+        let live = u32::from(id.generation) | LIVE;
+        // AcqRel: as in `finalize`.
+        let _ = self
+            .state
+            .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn rotate_if_due(&self, c: &mut Consumer, now: Instant) {
+        let cur = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
+        let window = &self.windows[cur];
+        let claimed = window.claimed();
+        let due = now.saturating_duration_since(c.tracks[cur].since) >= c.interval;
+        if claimed == 0 && due {
+            c.tracks[cur].since = now;
+        }
+        if !(claimed >= c.count_trigger || claimed > 0 && due) {
+            return;
+        }
+        // Without a READY window the current one keeps filling (until full: drops are counted).
+        let Some(next) = (1..WINDOWS)
+            .map(|k| (cur + k) % WINDOWS)
+            .find(|&i| self.windows[i].open())
+        else {
+            return;
+        };
+        c.tracks[next] = Track::new(now);
+        self.current.store(next as u8, Ordering::Relaxed);
+        window.close();
+        c.tracks[cur] = Track::new(now);
+    }
+
+    /// This window's identity as handles name it.
+    fn window_id(&self, i: usize) -> WindowId {
+        let comm = CommId {
+            slot: self.index,
+            generation: self.generation(),
+        };
+        WindowId {
+            comm,
+            window: i as u8,
+            epoch: self.windows[i].epoch(),
+        }
+    }
+
+    /// Counts open events among newly published records of window `i`: a start opens its event
+    /// (a collective also its expected KernelCh), the first stop of a start seen here closes it;
+    /// records of other windows, epochs or communicators are ignored.
+    fn scan(&self, c: &mut Consumer, i: usize) {
+        let (window, me) = (&self.windows[i], self.window_id(i));
+        let kernel_ch = c.kernel_ch;
+        let t = &mut c.tracks[i];
+        let end = window.claimed().min(u64::from(window.capacity())) as u32;
+        while t.scanned < end {
+            let Some(record) = window.published(t.scanned) else {
+                break;
+            };
+            let slot = t.scanned;
+            t.scanned += 1;
+            let Some(h) = Handle::decode(record.id)
+                .filter(|h| h.comm == me.comm && usize::from(h.window) == i && h.epoch == me.epoch & EPOCH_MASK)
+            else {
+                continue;
+            };
+            match record.body {
+                body if body.opens() && h.slot == slot => {
+                    set_bit(&mut t.started, slot);
+                    t.open += 1;
+                    if let (Body::Coll(coll), true) = (body, kernel_ch) {
+                        t.open += i64::from(coll.n_channels);
+                        t.kernels_due.insert(slot, coll.n_channels);
+                    }
+                    let parent = match body {
+                        Body::KernelCh { parent, .. } => Handle::decode(parent)
+                            .filter(|p| p.comm == h.comm && p.window == h.window && p.epoch == h.epoch),
+                        _ => None,
+                    };
+                    if let Some(due) = parent.and_then(|p| t.kernels_due.get_mut(&p.slot)).filter(|d| **d > 0) {
+                        *due -= 1;
+                        t.open -= 1;
+                    }
+                }
+                Body::Stop if has_bit(&t.started, h.slot) && set_bit(&mut t.stopped, h.slot) => t.open -= 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// Seals window `i`, reads its records (waiting briefly for claimed, unpublished slots),
+    /// summarises them and recycles the window once every claimed slot is published.
+    fn process(&self, c: &mut Consumer, i: usize, secs_per_tick: f64) -> Option<WindowSummary> {
+        let (window, id) = (&self.windows[i], self.window_id(i));
+        let forced = c.tracks[i].open > 0;
+        let n = window.seal()?;
+        let deadline = Instant::now() + PUBLISH_WAIT;
+        let filler = Record {
+            id: 0,
+            ts: 0,
+            body: Body::Stop,
+        };
+        let records: Vec<Record> = (0..n)
+            .map(|s| {
+                loop {
+                    match window.published(s) {
+                        Some(r) => break r,
+                        None if Instant::now() >= deadline => {
+                            self.drops.unpublished.fetch_add(1, Ordering::Relaxed);
+                            break filler;
+                        }
+                        None => std::thread::yield_now(),
+                    }
+                }
+            })
+            .collect();
+        let mut summary = summarize(&records, id, &c.meta, secs_per_tick, forced);
+        if self.spilled[i].swap(false, Ordering::Relaxed) {
+            summary.mark_spilled();
+        }
+        // A slot still unpublished keeps the window draining; `poll` resets it later.
+        c.tracks[i] = Track {
+            scanned: n,
+            ..Track::new(Instant::now())
+        };
+        window.reset(n);
+        Some(summary)
+    }
+
+    /// Metadata of the communicator (last registered).
+    pub fn meta(&self) -> CommMeta {
+        self.consumer.lock().meta.clone()
+    }
+}

@@ -1,0 +1,278 @@
+//! Every environment variable the plugin reads, parsed once per process into [`Config`]: the
+//! names ([`vars`]), the reader that applies the warning rules ([`reader`]), the value parsers and
+//! printers ([`parse`]), and the export settings' resolution through the standard OpenTelemetry
+//! variables ([`chain`]).
+//!
+//! [`Config::from_lookup`] takes a lookup function and returns the configuration plus one warning
+//! per bad variable; its only I/O is reading the CA file named by [`TLS_STANDARD`] (cargo feature
+//! `tls`). [`Config::global`] applies it to the process environment the first time it is called;
+//! [`Config::take_warnings`] hands its warnings out once, for logging through NCCL. Called on: the
+//! NCCL app thread in `init` (the first call reads the environment), then any.
+//!
+//! Rules for every variable: unset means the default, silently. A value that is empty after
+//! trimming whitespace, does not parse or is out of range gives the default and exactly one
+//! warning naming the variable, the value and the default used (`VAR=` is usually a launcher
+//! script's mistake, so it is reported, not taken silently as "not set").
+//! Nothing here panics. The table for operators is `docs/configuration.md`.
+//!
+//! Export settings fall back to the standard OpenTelemetry variables ([`STANDARD`]) when ours are
+//! unset: each level's default is what the lower-priority levels resolved to, so a bad value warns
+//! once and leaves the rest of the chain in force. Header values are secrets: never logged.
+#![forbid(unsafe_code)]
+
+pub mod chain;
+pub mod parse;
+pub mod reader;
+#[cfg(test)]
+mod tests;
+pub mod vars;
+
+pub use vars::*;
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::aggregate::regression::Mode;
+use crate::record::handle::MAX_SLOTS;
+use parse::{
+    BOOL, parse_bool, parse_event_mask, parse_interval, parse_u32_in, show_bool, show_exporter, show_mask, show_millis,
+    show_mode, show_protocol, show_secs, show_temporality, show_u32,
+};
+use reader::Reader;
+
+/// The effective configuration. Defaults: [`Config::default`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// [`ENABLE`], default `true`.
+    pub enable: bool,
+    /// [`TELEMETRY_ENABLE`], default `true`.
+    pub telemetry_enable: bool,
+    /// [`TELEMETRY_INTERVAL_SEC`], default 5 s, valid 0.01..=3600 s.
+    pub interval: Duration,
+    /// [`LINEAR_REGRESSION_MODE`], default [`Mode::Avg`].
+    pub regression_mode: Mode,
+    /// [`EVENT_MASK`], default Coll|P2p|ProxyOp|ProxyStep = 0x1E, bits 0..=14 only.
+    pub event_mask: i32,
+    /// [`WINDOW_CAPACITY`], default 100000, valid 1024..=[`MAX_SLOTS`].
+    pub capacity: u32,
+    /// [`WINDOW_COUNT_TRIGGER`], default min(50000, capacity/2), valid 1..=capacity.
+    pub count_trigger: u32,
+    /// Export settings.
+    pub export: Export,
+}
+
+/// Where metrics go ([`EXPORTER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exporter {
+    /// OTLP to a collector.
+    Otlp,
+    /// OTLP-JSON lines to a file per process.
+    File,
+    /// OTLP-JSON lines to standard output.
+    Stdout,
+    /// Nowhere: windows are still processed and recycled.
+    None,
+}
+
+/// OTLP transport ([`otel::PROTOCOL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http/protobuf`.
+    HttpProtobuf,
+    /// `http/json`.
+    HttpJson,
+    /// `grpc` (cargo feature `grpc`).
+    Grpc,
+}
+
+/// Aggregation temporality preference ([`otel::TEMPORALITY`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Temporality {
+    /// Counters and histograms report totals since the start.
+    Cumulative,
+    /// Counters, histograms (and up-down counters) report the change since the last export.
+    Delta,
+    /// Counters and histograms delta, the rest cumulative.
+    LowMemory,
+}
+
+/// Export settings, each resolved from our variable, then the standard ones, then the default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Export {
+    /// [`EXPORTER`], default [`Exporter::Otlp`].
+    pub exporter: Exporter,
+    /// [`otel::METRICS_PROTOCOL`], [`otel::PROTOCOL`], default [`Protocol::HttpProtobuf`].
+    pub protocol: Protocol,
+    /// The URL requests go to: [`TELEMETRY_ENDPOINT`], [`otel::METRICS_ENDPOINT`],
+    /// [`otel::ENDPOINT`], default `http://localhost:4318/v1/metrics` (gRPC `http://localhost:4317`).
+    pub endpoint: String,
+    /// [`TELEMETRY_BATCH_TIMEOUT_MS`], [`otel::METRICS_TIMEOUT`], [`otel::TIMEOUT`], default 3 s,
+    /// valid 1..=60000 ms.
+    pub timeout: Duration,
+    /// [`otel::HEADERS`] overlaid with [`otel::METRICS_HEADERS`], sorted by key.
+    pub headers: Vec<(String, String)>,
+    /// [`otel::TEMPORALITY`], default [`Temporality::Cumulative`].
+    pub temporality: Temporality,
+    /// [`EXPORT_FILE`], default [`DEFAULT_EXPORT_FILE`].
+    pub file: String,
+    /// [`EXPORT_QUEUE`], default 8, valid 1..=1024.
+    pub queue: u32,
+    /// [`CARDINALITY_LIMIT`], default 2000, valid 1..=1000000.
+    pub cardinality_limit: u32,
+    /// [`otel::SERVICE_NAME`], else `service.name` of [`otel::RESOURCE_ATTRIBUTES`], else
+    /// [`DEFAULT_SERVICE_NAME`].
+    pub service_name: String,
+    /// Launcher identity ([`LAUNCHER`]) overlaid with [`otel::RESOURCE_ATTRIBUTES`] (without
+    /// `service.name`), sorted by key.
+    pub resource: Vec<(String, String)>,
+    /// The CA certificates trusted for an `https://` collector instead of the system's:
+    /// [`otel::METRICS_CERTIFICATE`], [`otel::CERTIFICATE`]; default (and always without the
+    /// cargo feature `tls`) `None`, the system roots.
+    pub certificate: Option<CaFile>,
+}
+
+/// A PEM file of CA certificates, read when the configuration is loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaFile {
+    /// The path, as given.
+    pub path: String,
+    /// Its contents: PEM, at least one certificate, each usable as a trust anchor.
+    pub pem: Vec<u8>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_lookup(|_| None).0
+    }
+}
+
+/// What [`Config::global`] loaded from the environment.
+struct Loaded {
+    config: Config,
+    warnings: Mutex<Vec<String>>,
+}
+
+static GLOBAL: OnceLock<Loaded> = OnceLock::new();
+
+impl Config {
+    /// Parses every variable in [`ALL`] through `lookup`; returns the configuration and one warning
+    /// per variable whose value was rejected:
+    /// `VAR='value' is not <what>; using default <d>`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut r = Reader {
+            lookup,
+            warnings: Vec::new(),
+        };
+        let enable = r.read(ENABLE, true, BOOL, parse_bool, show_bool);
+        let telemetry_enable = r.read(TELEMETRY_ENABLE, true, BOOL, parse_bool, show_bool);
+        let interval = r.read(
+            TELEMETRY_INTERVAL_SEC,
+            Duration::from_secs(5),
+            "a number of seconds in 0.01..=3600",
+            parse_interval,
+            show_secs,
+        );
+        let regression_mode = r.read(LINEAR_REGRESSION_MODE, Mode::Avg, "AVG or MIN", Mode::parse, show_mode);
+        let event_mask = r.read(
+            EVENT_MASK,
+            0x1E,
+            "an event mask using only bits 0..=14 (0..=0x7fff, decimal or 0x-hex)",
+            parse_event_mask,
+            show_mask,
+        );
+        let capacity = r.read(
+            WINDOW_CAPACITY,
+            100_000,
+            &format!("an integer in 1024..={MAX_SLOTS}"),
+            |s| parse_u32_in(s, 1024..=MAX_SLOTS),
+            show_u32,
+        );
+        let count_trigger = r.read(
+            WINDOW_COUNT_TRIGGER,
+            50_000.min(capacity / 2),
+            &format!("an integer in 1..={capacity} (the window capacity)"),
+            |s| parse_u32_in(s, 1..=capacity),
+            show_u32,
+        );
+        let export = r.export();
+        let config = Config {
+            enable,
+            telemetry_enable,
+            interval,
+            regression_mode,
+            event_mask,
+            capacity,
+            count_trigger,
+            export,
+        };
+        (config, r.warnings)
+    }
+
+    /// The configuration of this process, read from the environment on the first call.
+    /// Called on: NCCL app thread (`init`), telemetry thread.
+    pub fn global() -> &'static Config {
+        &Self::loaded().config
+    }
+
+    /// The warnings produced while loading [`Config::global`]; the first call gets them, later
+    /// calls get an empty `Vec`, so each bad variable is logged once per process.
+    /// Called on: NCCL app thread.
+    #[must_use]
+    pub fn take_warnings() -> Vec<String> {
+        let mut warnings = Self::loaded().warnings.lock();
+        std::mem::take(&mut *warnings)
+    }
+
+    fn loaded() -> &'static Loaded {
+        GLOBAL.get_or_init(|| {
+            // Lossy: a non-UTF-8 value fails its parser and is reported, not taken as unset.
+            let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+            let (config, warnings) = Self::from_lookup(env);
+            Loaded {
+                config,
+                warnings: Mutex::new(warnings),
+            }
+        })
+    }
+
+    /// One line with the plugin version and the effective value of every variable in [`ALL`],
+    /// then of the protocol, temporality, service name and, when one is in effect, the CA file,
+    /// in the syntax each variable accepts; logged at `init` on rank 0. Headers are never shown
+    /// (they carry credentials).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let e = &self.export;
+        let values = [
+            show_bool(self.enable),
+            show_bool(self.telemetry_enable),
+            show_secs(self.interval),
+            show_mode(self.regression_mode),
+            show_mask(self.event_mask),
+            show_u32(self.capacity),
+            show_u32(self.count_trigger),
+            show_exporter(e.exporter),
+            e.endpoint.clone(),
+            show_millis(e.timeout),
+            e.file.clone(),
+            show_u32(e.queue),
+            show_u32(e.cardinality_limit),
+        ];
+        let mut line = format!("nccl-profiler-otel {}:", env!("CARGO_PKG_VERSION"));
+        let standard = [
+            (otel::METRICS_PROTOCOL, show_protocol(e.protocol)),
+            (otel::TEMPORALITY, show_temporality(e.temporality)),
+            (otel::SERVICE_NAME, e.service_name.clone()),
+        ];
+        let ca = e
+            .certificate
+            .as_ref()
+            .map(|c| (otel::METRICS_CERTIFICATE, c.path.clone()));
+        for (name, value) in ALL.iter().copied().zip(values).chain(standard).chain(ca) {
+            let _ = write!(line, " {name}={value}"); // a String never fails
+        }
+        line
+    }
+}

@@ -1,0 +1,286 @@
+//! Parsers and printers of variable values: each parser accepts exactly the syntax
+//! `docs/configuration.md` states and returns `None` otherwise; each printer shows a value in the
+//! syntax its variable accepts. Pure, except [`read_ca_file`] (cargo feature `tls`).
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+#[cfg(feature = "tls")]
+use super::CaFile;
+use super::{Exporter, Protocol, Temporality};
+use crate::aggregate::regression::Mode;
+
+/// Highest event bit NCCL defines (CeBatch, spec 2.2); masks with higher bits are rejected.
+const MAX_EVENT_BIT: u32 = 14;
+
+/// What a boolean variable accepts.
+pub const BOOL: &str = "a boolean (1/0, true/false, yes/no, on/off)";
+
+/// A boolean: 1/0, true/false, yes/no, on/off, any case.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// Decimal seconds; NaN and infinities fail the range check.
+pub fn parse_interval(s: &str) -> Option<Duration> {
+    let secs: f64 = s.parse().ok()?;
+    (0.01..=3600.0).contains(&secs).then(|| Duration::from_secs_f64(secs))
+}
+
+/// A non-negative integer, decimal or `0x`-hex, digits only (no sign, no separators).
+pub fn parse_uint(s: &str) -> Option<u64> {
+    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None => (s, 10),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok()
+}
+
+/// A [`parse_uint`] integer within `valid`.
+pub fn parse_u32_in(s: &str, valid: std::ops::RangeInclusive<u32>) -> Option<u32> {
+    let value = u32::try_from(parse_uint(s)?).ok()?;
+    valid.contains(&value).then_some(value)
+}
+
+/// An activation mask using only bits 0..=`MAX_EVENT_BIT`.
+pub fn parse_event_mask(s: &str) -> Option<i32> {
+    let mask = parse_uint(s)?;
+    if mask >> (MAX_EVENT_BIT + 1) != 0 {
+        return None;
+    }
+    i32::try_from(mask).ok()
+}
+
+/// `otlp`, `file`, `stdout` or `none`, any case.
+pub fn parse_exporter(s: &str) -> Option<Exporter> {
+    match s.to_ascii_lowercase().as_str() {
+        "otlp" => Some(Exporter::Otlp),
+        "file" => Some(Exporter::File),
+        "stdout" => Some(Exporter::Stdout),
+        "none" => Some(Exporter::None),
+        _ => None,
+    }
+}
+
+/// `http/protobuf`, `http/json` or (cargo feature `grpc`) `grpc`, any case.
+pub fn parse_protocol(s: &str) -> Option<Protocol> {
+    match s.to_ascii_lowercase().as_str() {
+        "http/protobuf" => Some(Protocol::HttpProtobuf),
+        "http/json" => Some(Protocol::HttpJson),
+        "grpc" if cfg!(feature = "grpc") => Some(Protocol::Grpc),
+        _ => None,
+    }
+}
+
+/// `cumulative`, `delta` or `lowmemory`, any case.
+pub fn parse_temporality(s: &str) -> Option<Temporality> {
+    match s.to_ascii_lowercase().as_str() {
+        "cumulative" => Some(Temporality::Cumulative),
+        "delta" => Some(Temporality::Delta),
+        "lowmemory" => Some(Temporality::LowMemory),
+        _ => None,
+    }
+}
+
+/// Whole milliseconds in 1..=60000.
+pub fn parse_millis(s: &str) -> Option<Duration> {
+    let ms = parse_uint(s)?;
+    (1..=60_000).contains(&ms).then(|| Duration::from_millis(ms))
+}
+
+/// An `http://` (or, with TLS, `https://`) URL with a host and an optional numeric port; for
+/// HTTP protocols, the path gets `/v1/metrics` unless it already ends with it. gRPC URLs are taken
+/// as they are.
+pub fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://").filter(|_| cfg!(feature = "tls")))?;
+    if s.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let port = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            if host.is_empty() {
+                return None;
+            }
+            match after {
+                "" => None,
+                p => Some(p.strip_prefix(':')?),
+            }
+        }
+        None => {
+            let (host, port) = match authority.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            };
+            if host.is_empty() || host.contains(['@', '[', ']']) {
+                return None;
+            }
+            port
+        }
+    };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.parse::<u16>().is_err()) {
+        return None;
+    }
+    Some(match protocol {
+        Protocol::Grpc => s.to_owned(),
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
+            let trimmed = s.trim_end_matches('/');
+            if trimmed.ends_with("/v1/metrics") {
+                trimmed.to_owned()
+            } else {
+                format!("{trimmed}/v1/metrics")
+            }
+        }
+    })
+}
+
+/// The regular file at `path` when it holds PEM certificates that are all usable as trust anchors
+/// (sections of other types are skipped), at least one.
+#[cfg(feature = "tls")]
+pub fn read_ca_file(path: &str) -> Option<CaFile> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    /// A bundle of every public root is about 220 KB.
+    const MAX_CA_FILE: u64 = 1 << 20;
+    // Checked before opening: a FIFO or a device such as /dev/stdin could block or never end.
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_CA_FILE {
+        return None;
+    }
+    let pem = std::fs::read(path).ok()?;
+    let certs: Vec<CertificateDer> = CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().ok()?;
+    let (added, ignored) = rustls::RootCertStore::empty().add_parsable_certificates(certs);
+    (added > 0 && ignored == 0).then(|| CaFile {
+        path: path.to_owned(),
+        pem,
+    })
+}
+
+/// A path pattern whose `%` sequences are `%h`, `%p` or `%%`.
+pub fn parse_file_pattern(s: &str) -> Option<String> {
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' && !matches!(chars.next(), Some('h' | 'p' | '%')) {
+            return None;
+        }
+    }
+    (!s.contains('\0')).then(|| s.to_owned())
+}
+
+/// `k=v,k2=v2`: keys trimmed and non-empty, values trimmed and percent-decoded; empty entries
+/// (`a=1,,b=2`, a trailing comma) are skipped.
+pub fn parse_pairs(s: &str) -> Option<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (key, value) = entry.split_once('=')?;
+        let key = key.trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return None;
+        }
+        pairs.push((key.to_owned(), percent_decode(value.trim())?));
+    }
+    Some(overlay(Vec::new(), pairs))
+}
+
+/// `%XX` escapes decoded; `None` for a bad escape or invalid UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `base` with every key of `top` set to top's value (later duplicates in `top` win); sorted by key.
+pub fn overlay(base: Vec<(String, String)>, top: Vec<(String, String)>) -> Vec<(String, String)> {
+    let map: std::collections::BTreeMap<String, String> = base.into_iter().chain(top).collect();
+    map.into_iter().collect()
+}
+
+/// An exporter as [`parse_exporter`] reads it.
+pub fn show_exporter(value: Exporter) -> String {
+    match value {
+        Exporter::Otlp => "otlp",
+        Exporter::File => "file",
+        Exporter::Stdout => "stdout",
+        Exporter::None => "none",
+    }
+    .to_owned()
+}
+
+/// A protocol as [`parse_protocol`] reads it.
+pub fn show_protocol(value: Protocol) -> String {
+    match value {
+        Protocol::HttpProtobuf => "http/protobuf",
+        Protocol::HttpJson => "http/json",
+        Protocol::Grpc => "grpc",
+    }
+    .to_owned()
+}
+
+/// A temporality as [`parse_temporality`] reads it.
+pub fn show_temporality(value: Temporality) -> String {
+    match value {
+        Temporality::Cumulative => "cumulative",
+        Temporality::Delta => "delta",
+        Temporality::LowMemory => "lowmemory",
+    }
+    .to_owned()
+}
+
+/// Whole milliseconds.
+pub fn show_millis(value: Duration) -> String {
+    value.as_millis().to_string()
+}
+
+/// `true` or `false`.
+pub fn show_bool(value: bool) -> String {
+    value.to_string()
+}
+
+/// Decimal seconds.
+pub fn show_secs(value: Duration) -> String {
+    value.as_secs_f64().to_string()
+}
+
+/// `AVG` or `MIN`.
+pub fn show_mode(value: Mode) -> String {
+    value.as_str().to_owned()
+}
+
+/// `0x`-hex.
+pub fn show_mask(value: i32) -> String {
+    format!("{value:#x}")
+}
+
+/// Decimal.
+pub fn show_u32(value: u32) -> String {
+    value.to_string()
+}
+
+/// The CA file's path, or that the system roots are used.
+#[cfg(feature = "tls")]
+pub fn show_ca_file(value: &Option<CaFile>) -> String {
+    value
+        .as_ref()
+        .map_or_else(|| "(the system roots)".to_owned(), |c| c.path.clone())
+}

@@ -1,0 +1,344 @@
+//! The metric catalogue (`docs/metrics.md`, followed exactly here): every instrument's name,
+//! unit, description and histogram bounds, and how a group of operations is recorded into them.
+//! Called on: the telemetry thread (through the pipeline).
+#![forbid(unsafe_code)]
+
+use std::borrow::Cow;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
+
+use crate::aggregate::{OpSample, Transfer};
+
+/// Histogram bounds for sizes (`By`): powers of two from 1 KiB to 4 GiB.
+pub const SIZE_BOUNDS: [f64; 23] = {
+    let mut b = [0.0; 23];
+    let mut i = 0;
+    while i < 23 {
+        b[i] = (1u64 << (10 + i)) as f64;
+        i += 1;
+    }
+    b
+};
+
+/// Histogram bounds for durations (`s`): 1, 2, 5 per decade from 1 µs to 10 s.
+pub const DURATION_BOUNDS: [f64; 22] = [
+    1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2, 0.5, 1.0, 2.0,
+    5.0, 10.0,
+];
+
+/// Histogram bounds for transfers per operation: powers of two from 1 to 65536.
+pub const COUNT_BOUNDS: [f64; 17] = {
+    let mut b = [0.0; 17];
+    let mut i = 0;
+    while i < 17 {
+        b[i] = (1u64 << i) as f64;
+        i += 1;
+    }
+    b
+};
+
+/// Histograms of collectives or P2P sends.
+/// Byte histograms are `f64`: the OTLP sum is a double anyway, and an `f64` sum cannot overflow
+/// (a `u64` one can, on absurd byte counts: the SDK then panics in debug builds and wraps in
+/// release).
+pub(super) struct OpInstruments {
+    pub(super) bytes: Histogram<f64>,
+    pub(super) duration: Histogram<f64>,
+    pub(super) transfers: Histogram<u64>,
+    pub(super) transfer_size: Histogram<f64>,
+    pub(super) transfer_duration: Histogram<f64>,
+}
+
+impl OpInstruments {
+    fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
+        OpInstruments {
+            bytes: histogram(
+                meter,
+                format!("{prefix}.bytes"),
+                "By",
+                format!("Bytes of each {what} (count × datatype size)"),
+                &SIZE_BOUNDS,
+            ),
+            duration: histogram(
+                meter,
+                format!("{prefix}.duration"),
+                "s",
+                format!("Duration of each {what}, start to last proxy op stop"),
+                &DURATION_BOUNDS,
+            ),
+            transfers: meter
+                .u64_histogram(format!("{prefix}.transfers"))
+                .with_unit("{transfer}")
+                .with_description(format!("Network transfers of each {what}"))
+                .with_boundaries(COUNT_BOUNDS.to_vec())
+                .build(),
+            transfer_size: histogram(
+                meter,
+                format!("{prefix}.transfer.size"),
+                "By",
+                format!("Bytes of each network transfer of a {what}"),
+                &SIZE_BOUNDS,
+            ),
+            transfer_duration: histogram(
+                meter,
+                format!("{prefix}.transfer.duration"),
+                "s",
+                format!("Duration of each network transfer of a {what}"),
+                &DURATION_BOUNDS,
+            ),
+        }
+    }
+
+    /// Bound once per group: the attribute lookup is paid per call, not per measurement. Only
+    /// instruments that get a value are bound (binding alone creates the series).
+    pub(super) fn record(&self, ops: &[OpSample], transfers: &[Transfer], attrs: &[KeyValue]) {
+        if !ops.is_empty() {
+            let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
+            for op in ops {
+                bytes.record(op.bytes as f64);
+                count.record(u64::from(op.transfers));
+            }
+        }
+        if ops.iter().any(|op| op.duration.is_some()) {
+            let duration = self.duration.bind(attrs);
+            ops.iter().filter_map(|op| op.duration).for_each(|d| duration.record(d));
+        }
+        if !transfers.is_empty() {
+            let (size, secs) = (self.transfer_size.bind(attrs), self.transfer_duration.bind(attrs));
+            for t in transfers {
+                size.record(t.bytes as f64);
+                secs.record(t.secs);
+            }
+        }
+    }
+
+    /// Measurements [`OpInstruments::record`] makes.
+    pub(super) fn measurements(ops: &[OpSample], transfers: &[Transfer]) -> u64 {
+        let durations = ops.iter().filter(|o| o.duration.is_some()).count();
+        (2 * ops.len() + durations + 2 * transfers.len()) as u64
+    }
+}
+
+pub(super) struct Instruments {
+    pub(super) coll: OpInstruments,
+    pub(super) p2p: OpInstruments,
+    pub(super) link_bytes: Counter<u64>,
+    pub(super) link_latency: Gauge<f64>,
+    pub(super) link_bandwidth: Gauge<f64>,
+    pub(super) link_r2: Gauge<f64>,
+    pub(super) link_samples: Gauge<u64>,
+    pub(super) channel_transfer_size: Histogram<f64>,
+    pub(super) channel_transfer_duration: Histogram<f64>,
+    pub(super) channel_latency: Gauge<f64>,
+    pub(super) events_recorded: Counter<u64>,
+    pub(super) events_dropped: Counter<u64>,
+    pub(super) events_rejected: Counter<u64>,
+    pub(super) events_declined: Counter<u64>,
+    pub(super) events_unfinished: Counter<u64>,
+    pub(super) events_orphaned: Counter<u64>,
+    pub(super) pxn_ops: Counter<u64>,
+    pub(super) windows_processed: Counter<u64>,
+    pub(super) windows_forced: Counter<u64>,
+    pub(super) windows_dropped: Counter<u64>,
+    pub(super) panics: Counter<u64>,
+    pub(super) export_sent: Counter<u64>,
+    pub(super) export_failures: Counter<u64>,
+    pub(super) export_dropped: Counter<u64>,
+    pub(super) cardinality_overflow: Counter<u64>,
+}
+
+fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Counter<u64> {
+    meter
+        .u64_counter(name)
+        .with_unit(unit)
+        .with_description(description)
+        .build()
+}
+
+fn histogram(
+    meter: &Meter,
+    name: impl Into<Cow<'static, str>>,
+    unit: &'static str,
+    description: impl Into<Cow<'static, str>>,
+    bounds: &[f64],
+) -> Histogram<f64> {
+    meter
+        .f64_histogram(name)
+        .with_unit(unit)
+        .with_description(description)
+        .with_boundaries(bounds.to_vec())
+        .build()
+}
+
+fn gauge(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Gauge<f64> {
+    meter
+        .f64_gauge(name)
+        .with_unit(unit)
+        .with_description(description)
+        .build()
+}
+
+impl Instruments {
+    /// Every instrument of the catalogue, built on `meter`.
+    pub(super) fn new(meter: &Meter) -> Self {
+        Instruments {
+            coll: OpInstruments::new(meter, "nccl.coll", "collective"),
+            p2p: OpInstruments::new(meter, "nccl.p2p", "P2P send"),
+            link_bytes: counter(
+                meter,
+                "nccl.link.bytes",
+                "By",
+                "Bytes sent from rank to peer over the network",
+            ),
+            link_latency: gauge(
+                meter,
+                "nccl.link.latency",
+                "s",
+                "Per-transfer latency of the link: intercept of the interval's time-vs-size fit",
+            ),
+            link_bandwidth: gauge(
+                meter,
+                "nccl.link.bandwidth",
+                "By/s",
+                "Bandwidth of the link: inverse slope of the interval's time-vs-size fit",
+            ),
+            link_r2: gauge(
+                meter,
+                "nccl.link.r2",
+                "1",
+                "Coefficient of determination of the link's fit",
+            ),
+            link_samples: meter
+                .u64_gauge("nccl.link.samples")
+                .with_unit("{transfer}")
+                .with_description("Transfers of the link in the interval's fit")
+                .build(),
+            channel_transfer_size: histogram(
+                meter,
+                "nccl.channel.transfer.size",
+                "By",
+                "Bytes of each network transfer on the channel",
+                &SIZE_BOUNDS,
+            ),
+            channel_transfer_duration: histogram(
+                meter,
+                "nccl.channel.transfer.duration",
+                "s",
+                "Duration of each network transfer on the channel",
+                &DURATION_BOUNDS,
+            ),
+            channel_latency: gauge(
+                meter,
+                "nccl.channel.latency",
+                "s",
+                "Per-transfer latency of the channel: intercept of the interval's time-vs-size fit",
+            ),
+            events_recorded: counter(
+                meter,
+                "nccl.profiler.events.recorded",
+                "{event}",
+                "Records (starts, states, stops) stored and processed",
+            ),
+            events_dropped: counter(
+                meter,
+                "nccl.profiler.events.dropped",
+                "{event}",
+                "Records of a communicator lost, by reason",
+            ),
+            events_rejected: counter(
+                meter,
+                "nccl.profiler.events.rejected",
+                "{event}",
+                "Callbacks ignored for bad or unattributable input, by reason",
+            ),
+            events_declined: counter(
+                meter,
+                "nccl.profiler.events.declined",
+                "{event}",
+                "Events not recorded by design (receive side, ProxyCtrl, children of declined events)",
+            ),
+            events_unfinished: counter(
+                meter,
+                "nccl.profiler.events.unfinished",
+                "{event}",
+                "Events started and not finished when their window was processed",
+            ),
+            events_orphaned: counter(
+                meter,
+                "nccl.profiler.events.orphaned",
+                "{event}",
+                "Child events whose parent was not in their window",
+            ),
+            pxn_ops: counter(
+                meter,
+                "nccl.profiler.pxn.ops",
+                "{event}",
+                "Proxy ops of another process (PXN) recorded under a local communicator",
+            ),
+            windows_processed: counter(
+                meter,
+                "nccl.profiler.windows.processed",
+                "{window}",
+                "Windows processed",
+            ),
+            windows_forced: counter(
+                meter,
+                "nccl.profiler.windows.forced",
+                "{window}",
+                "Windows processed with events still open (grace period over, finalize, exit)",
+            ),
+            windows_dropped: counter(
+                meter,
+                "nccl.profiler.windows.dropped",
+                "{window}",
+                "Window summaries dropped before export (full inbox)",
+            ),
+            panics: counter(
+                meter,
+                "nccl.profiler.panics",
+                "{panic}",
+                "Panics caught by the callback guard",
+            ),
+            export_sent: counter(
+                meter,
+                "nccl.profiler.export.sent",
+                "{request}",
+                "Export requests the collector accepted (file and stdout: written)",
+            ),
+            export_failures: counter(
+                meter,
+                "nccl.profiler.export.failures",
+                "{request}",
+                "Export requests that failed (error, timeout, refused, error status)",
+            ),
+            export_dropped: counter(
+                meter,
+                "nccl.profiler.export.dropped",
+                "{request}",
+                "Export requests dropped unsent from the full queue",
+            ),
+            cardinality_overflow: counter(
+                meter,
+                "nccl.profiler.cardinality.overflow",
+                "{measurement}",
+                "Measurements recorded into the overflow series, by metric family",
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_sorted_and_documented_ranges() {
+        assert_eq!(SIZE_BOUNDS[0], 1024.0);
+        assert_eq!(SIZE_BOUNDS[22], 4.0 * 1024.0 * 1024.0 * 1024.0);
+        assert!(SIZE_BOUNDS.windows(2).all(|w| w[1] == 2.0 * w[0]));
+        assert_eq!((DURATION_BOUNDS[0], DURATION_BOUNDS[21]), (1e-6, 10.0));
+        assert!(DURATION_BOUNDS.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!((COUNT_BOUNDS[0], COUNT_BOUNDS[16]), (1.0, 65536.0));
+    }
+}

@@ -1,0 +1,65 @@
+//! OTLP export: the metric catalogue ([`catalogue`], `docs/metrics.md` followed exactly), the
+//! cardinality limiter ([`limiter`]), the telemetry thread's [`pipeline`], the export [`queue`],
+//! the exporter thread ([`sender`]) and the exported [`resource`]. The only module that imports
+//! `opentelemetry*`; it reaches the rest of the plugin only through `crate::telemetry`'s traits and
+//! plain values, never the communicator registry.
+//!
+//! Threads:
+//! - the telemetry thread owns the [`pipeline::Pipeline`]: it records the summaries the inbox
+//!   collected into the SDK's instruments, merges each interval's regression samples per link and
+//!   channel, and once per interval (or when asked to flush) collects the SDK's state into one
+//!   export request and queues it. It never waits for I/O.
+//! - the exporter thread sends queued requests ([`sender`]).
+//!
+//! Invariants: at most `queue` requests wait (the oldest is dropped and counted); at most
+//! `cardinality_limit` attribute sets per instrument are recorded as themselves, later ones go to
+//! the `otel.metric.overflow=true` series and are counted (the SDK's own limit is set above ours,
+//! so its silent overflow never triggers).
+#![forbid(unsafe_code)]
+
+pub mod catalogue;
+pub mod limiter;
+pub mod pipeline;
+pub mod queue;
+pub mod resource;
+pub mod sender;
+
+pub use catalogue::SIZE_BOUNDS;
+pub use queue::{ExportStats, stats};
+pub use resource::host_name;
+
+use crate::config::{self, Exporter, Temporality};
+use crate::telemetry::{self, Backend};
+
+/// Sets up export for this process unless the exporter is `none`: sizes the queue, starts the
+/// exporter thread, and returns the back end the telemetry thread drives (its pipeline is built
+/// on that thread). A thread that cannot be spawned is logged; requests then wait unsent.
+/// Called on: NCCL's init thread, once per process (before the telemetry thread exists).
+pub fn install(config: &'static config::Config) -> Option<Backend> {
+    let export = &config.export;
+    if export.exporter == Exporter::None {
+        return None;
+    }
+    queue::set_capacity(export.queue as usize);
+    let spawned = std::thread::Builder::new()
+        .name("nccl-otel-export".into())
+        .spawn(move || sender::run_exporter(export));
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the export thread ({e}); metrics are not exported");
+    }
+    Some(Backend {
+        pipeline: Box::new(move |now| {
+            pipeline::Pipeline::new(config, now).map(|p| Box::new(p) as Box<dyn telemetry::Pipeline>)
+        }),
+        delivery: &queue::DELIVERY,
+    })
+}
+
+/// The SDK's temporality for ours.
+fn sdk_temporality(t: Temporality) -> opentelemetry_sdk::metrics::Temporality {
+    match t {
+        Temporality::Cumulative => opentelemetry_sdk::metrics::Temporality::Cumulative,
+        Temporality::Delta => opentelemetry_sdk::metrics::Temporality::Delta,
+        Temporality::LowMemory => opentelemetry_sdk::metrics::Temporality::LowMemory,
+    }
+}

@@ -1,0 +1,416 @@
+//! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
+//! recording of every window summary, the interval's link and channel fits, the self-telemetry
+//! counters, and one export request per interval (or flush) handed to the queue. Never waits for
+//! I/O. Called on: the telemetry thread only.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline as SdkPipeline, SdkMeterProvider, Stream};
+
+use super::catalogue::{Instruments, OpInstruments};
+use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
+use super::resource::resource;
+use super::{queue, sdk_temporality};
+use crate::aggregate::regression::{Mode, Samples};
+use crate::aggregate::{CommMeta, WindowSummary};
+use crate::config::{self, Exporter, Temporality};
+use crate::telemetry::{self, DropCounts, SelfTelemetry};
+
+/// A [`ManualReader`] the provider and the [`Pipeline`] share: the provider registers it, the
+/// telemetry thread collects through it.
+#[derive(Debug, Clone)]
+struct SharedReader(Arc<ManualReader>);
+
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: Weak<SdkPipeline>) {
+        self.0.register_pipeline(pipeline);
+    }
+
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self, kind: InstrumentKind) -> opentelemetry_sdk::metrics::Temporality {
+        self.0.temporality(kind)
+    }
+}
+
+/// A link's identity within an interval: (hash, name, nranks, sending rank, peer).
+type LinkKey = (u64, String, i32, i32, i32);
+/// A channel's identity within an interval: (hash, name, rank, nranks, channel).
+type ChannelKey = (u64, String, i32, i32, u8);
+
+/// Process-wide counters last exported, to add only the change.
+#[derive(Default)]
+struct Seen {
+    stats: [u64; 8],
+    export: [u64; 4],
+    /// Per communicator slot: the generation and communicator last seen there, its drop counts.
+    drops: Vec<Option<(u16, CommMeta, DropCounts)>>,
+}
+
+/// The telemetry thread's export state. Called on: the telemetry thread only.
+pub struct Pipeline {
+    _provider: SdkMeterProvider,
+    reader: SharedReader,
+    inst: Instruments,
+    limiter: Limiter,
+    mode: Mode,
+    interval: Duration,
+    next: Instant,
+    links: HashMap<LinkKey, Samples>,
+    channels: HashMap<ChannelKey, Samples>,
+    seen: Seen,
+    endpoint: String,
+    /// Whether the last logged export state was failing.
+    failing: bool,
+    failures_logged: u64,
+    exported_logged: u64,
+}
+
+impl Pipeline {
+    /// The provider, its instruments and an empty interval; `None` when export is off.
+    /// Called on: the telemetry thread.
+    pub fn new(config: &config::Config, now: Instant) -> Option<Pipeline> {
+        let export = &config.export;
+        if export.exporter == Exporter::None {
+            return None;
+        }
+        let reader = SharedReader(Arc::new(
+            ManualReader::builder()
+                .with_temporality(sdk_temporality(export.temporality))
+                .build(),
+        ));
+        // Above ours: every set we admit plus the overflow set, twice for delta's two intervals.
+        let sdk_limit = 2 * export.cardinality_limit as usize + 2;
+        let provider = SdkMeterProvider::builder()
+            .with_resource(resource(export))
+            .with_reader(reader.clone())
+            .with_view(move |_: &opentelemetry_sdk::metrics::Instrument| {
+                Stream::builder().with_cardinality_limit(sdk_limit).build().ok()
+            })
+            .build();
+        let scope = InstrumentationScope::builder("nccl-profiler-otel")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        let inst = Instruments::new(&provider.meter_with_scope(scope));
+        Some(Pipeline {
+            _provider: provider,
+            reader,
+            inst,
+            limiter: Limiter {
+                limit: export.cardinality_limit as usize,
+                per_interval: export.temporality == Temporality::Delta,
+                seen: HashMap::new(),
+            },
+            mode: config.regression_mode,
+            interval: config.interval,
+            next: now + config.interval,
+            links: HashMap::new(),
+            channels: HashMap::new(),
+            seen: Seen::default(),
+            endpoint: match export.exporter {
+                Exporter::File => format!("file {}", export.file),
+                Exporter::Stdout => "stdout".to_owned(),
+                Exporter::Otlp | Exporter::None => export.endpoint.clone(),
+            },
+            failing: false,
+            failures_logged: 0,
+            exported_logged: 0,
+        })
+    }
+
+    /// Admits `attrs` for `family`, or counts `n` measurements as overflow and returns the
+    /// overflow attribute set.
+    fn attrs_or_overflow(&mut self, family: Family, attrs: Vec<KeyValue>, n: u64) -> Vec<KeyValue> {
+        if self.limiter.admit(family, &attrs) {
+            return attrs;
+        }
+        self.overflow(family, n);
+        vec![KeyValue::new(OVERFLOW_ATTRIBUTE, true)]
+    }
+
+    fn overflow(&mut self, family: Family, n: u64) {
+        queue::count_overflow(n);
+        self.inst
+            .cardinality_overflow
+            .add(n, &[KeyValue::new("nccl.family", family.prefix())]);
+    }
+
+    /// One window's histograms and counters, and its regression samples for the interval.
+    fn record(&mut self, s: &WindowSummary) {
+        let base = comm_attrs(&s.comm);
+        let comm = self.attrs_or_overflow(Family::Profiler, base.clone(), 5);
+        let i = &self.inst;
+        i.events_recorded.add(s.stats.records, &comm);
+        i.events_unfinished.add(s.stats.unfinished, &comm);
+        i.events_orphaned.add(s.stats.orphans, &comm);
+        i.windows_processed.add(1, &comm);
+        i.windows_forced.add(u64::from(s.stats.forced), &comm);
+
+        for g in &s.colls {
+            let mut attrs = base.clone();
+            attrs.extend([
+                KeyValue::new("nccl.func", g.key.func.as_str()),
+                KeyValue::new("nccl.algo", g.key.algo.as_str()),
+                KeyValue::new("nccl.proto", g.key.proto.as_str()),
+                KeyValue::new("nccl.datatype", g.key.datatype.as_str()),
+            ]);
+            let n = OpInstruments::measurements(&g.ops, &g.transfers);
+            let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
+            self.inst.coll.record(&g.ops, &g.transfers, &attrs);
+        }
+        for g in &s.p2ps {
+            let mut attrs = base.clone();
+            attrs.extend([
+                KeyValue::new("nccl.func", "Send"),
+                KeyValue::new("nccl.peer", i64::from(g.peer)),
+                KeyValue::new("nccl.datatype", g.datatype.as_str()),
+            ]);
+            let n = OpInstruments::measurements(&g.ops, &g.transfers);
+            let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
+            self.inst.p2p.record(&g.ops, &g.transfers, &attrs);
+        }
+        for l in &s.links {
+            let attrs = link_attrs(&s.comm, l.rank, l.peer);
+            let attrs = self.attrs_or_overflow(Family::Link, attrs, 1);
+            self.inst.link_bytes.add(l.bytes, &attrs);
+            let key = (s.comm.hash, s.comm.name.clone(), s.comm.nranks, l.rank, l.peer);
+            self.links.entry(key).or_default().merge(&l.samples);
+        }
+        for c in &s.channels {
+            let mut attrs = base.clone();
+            attrs.push(KeyValue::new("nccl.channel", i64::from(c.channel)));
+            let attrs = self.attrs_or_overflow(Family::Channel, attrs, 2 * c.transfers.len() as u64);
+            if !c.transfers.is_empty() {
+                let size = self.inst.channel_transfer_size.bind(&attrs);
+                let secs = self.inst.channel_transfer_duration.bind(&attrs);
+                for t in &c.transfers {
+                    size.record(t.bytes as f64);
+                    secs.record(t.secs);
+                }
+            }
+            let key = (s.comm.hash, s.comm.name.clone(), s.comm.rank, s.comm.nranks, c.channel);
+            self.channels.entry(key).or_default().merge(&c.samples);
+        }
+    }
+
+    /// Fits the interval's samples into the gauges, adds the self-telemetry counters and logs
+    /// the export state (at most one line per interval).
+    fn end_interval(&mut self, own: &SelfTelemetry) {
+        for ((hash, name, nranks, rank, peer), samples) in std::mem::take(&mut self.links) {
+            let meta = CommMeta {
+                hash,
+                name,
+                rank,
+                nranks,
+                nnodes: 0,
+            };
+            let attrs = link_attrs(&meta, rank, peer);
+            if !self.limiter.admit(Family::Link, &attrs) {
+                self.overflow(Family::Link, 1);
+                continue;
+            }
+            let i = &self.inst;
+            i.link_samples.record(samples.len(), &attrs);
+            if let Some(fit) = samples.fit(self.mode) {
+                i.link_latency.record(fit.latency(), &attrs);
+                i.link_bandwidth.record(fit.bandwidth(), &attrs);
+                i.link_r2.record(fit.r2, &attrs);
+            }
+        }
+        for ((hash, name, rank, nranks, channel), samples) in std::mem::take(&mut self.channels) {
+            let meta = CommMeta {
+                hash,
+                name,
+                rank,
+                nranks,
+                nnodes: 0,
+            };
+            let mut attrs = comm_attrs(&meta);
+            attrs.push(KeyValue::new("nccl.channel", i64::from(channel)));
+            if !self.limiter.admit(Family::Channel, &attrs) {
+                self.overflow(Family::Channel, 1);
+                continue;
+            }
+            if let Some(fit) = samples.fit(self.mode) {
+                self.inst.channel_latency.record(fit.latency(), &attrs);
+            }
+        }
+        self.self_telemetry(own);
+        self.log_export_state();
+    }
+
+    /// Adds what the process-wide, per-communicator and export counters gained since the last
+    /// interval (zero included, so every series exists from the first export on).
+    fn self_telemetry(&mut self, own: &SelfTelemetry) {
+        let s = own.stats;
+        let now = [
+            s.panics,
+            s.null_args,
+            s.stale,
+            s.unknown_types,
+            s.unknown_states,
+            s.foreign_unmatched,
+            s.declined,
+            s.foreign_ops,
+        ];
+        let d: Vec<u64> = now
+            .iter()
+            .zip(self.seen.stats)
+            .map(|(n, s)| n.saturating_sub(s))
+            .collect();
+        self.seen.stats = now;
+        let i = &self.inst;
+        let reason = |r: &'static str| [KeyValue::new("nccl.reason", r)];
+        i.panics.add(d[0], &[]);
+        i.events_rejected.add(d[1], &reason("null_arg"));
+        i.events_rejected.add(d[2], &reason("stale"));
+        i.events_rejected.add(d[3], &reason("unknown_type"));
+        i.events_rejected.add(d[4], &reason("unknown_state"));
+        i.events_rejected.add(d[5], &reason("pxn_unmatched"));
+        i.events_declined.add(d[6], &[]);
+        i.pxn_ops.add(d[7], &[]);
+
+        let stats = queue::stats();
+        let export = [stats.failures, stats.dropped, own.windows_dropped, stats.exported];
+        let e: Vec<u64> = export
+            .iter()
+            .zip(self.seen.export)
+            .map(|(n, s)| n.saturating_sub(s))
+            .collect();
+        self.seen.export = export;
+        i.export_failures.add(e[0], &[]);
+        i.export_dropped.add(e[1], &[]);
+        i.windows_dropped.add(e[2], &[]);
+        i.export_sent.add(e[3], &[]);
+
+        // A slot's counters restart at 0 when a communicator registers there (a new generation).
+        for c in &own.comms {
+            let (slot, generation, meta, counts) = (c.slot, c.generation, &c.meta, c.counts);
+            if self.seen.drops.len() <= slot {
+                self.seen.drops.resize(slot + 1, None);
+            }
+            let known = matches!(&self.seen.drops[slot], Some((g, m, _)) if *g == generation && m == meta);
+            let last = match &self.seen.drops[slot] {
+                Some((_, _, last))
+                    if known
+                        && last.full <= counts.full
+                        && last.late <= counts.late
+                        && last.unpublished <= counts.unpublished =>
+                {
+                    *last
+                }
+                _ => DropCounts::default(),
+            };
+            let deltas = [
+                ("full", counts.full - last.full),
+                ("late", counts.late - last.late),
+                ("unpublished", counts.unpublished - last.unpublished),
+            ];
+            self.seen.drops[slot] = Some((generation, meta.clone(), counts));
+            // A finalized communicator is reported once more (so even a short-lived one has
+            // its series), then only if its counters still move.
+            if known && !c.live && deltas.iter().all(|(_, d)| *d == 0) {
+                continue;
+            }
+            for (reason, delta) in deltas {
+                let mut attrs = comm_attrs(meta);
+                attrs.push(KeyValue::new("nccl.reason", reason));
+                let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
+                self.inst.events_dropped.add(delta, &attrs);
+            }
+        }
+    }
+
+    /// Logs export failures since the last interval: WARN when exports start failing, INFO
+    /// while they keep failing, INFO when they recover. At most one line per interval.
+    fn log_export_state(&mut self) {
+        let stats = queue::stats();
+        let (failures, exported) = (stats.failures, stats.exported);
+        let new_failures = failures - self.failures_logged;
+        let new_exports = exported - self.exported_logged;
+        self.failures_logged = failures;
+        self.exported_logged = exported;
+        let error = queue::take_error();
+        if new_failures > 0 {
+            let error = error.unwrap_or_default();
+            let target = &self.endpoint;
+            if self.failing {
+                tracing::info!("metrics export to {target} still failing: {new_failures} more failures, last: {error}");
+            } else {
+                tracing::warn!(
+                    "metrics export to {target} failed ({error}); retrying every interval, data is kept \
+                     cumulatively (NCCL_PROFILER_OTEL_EXPORTER=none turns export off)"
+                );
+            }
+            self.failing = true;
+        } else if self.failing && new_exports > 0 {
+            tracing::info!("metrics export to {} recovered", self.endpoint);
+            self.failing = false;
+        }
+    }
+}
+
+impl telemetry::Pipeline for Pipeline {
+    fn tick(
+        &mut self,
+        now: Instant,
+        flush: bool,
+        summaries: &[WindowSummary],
+        own: &dyn Fn() -> SelfTelemetry,
+    ) -> Option<u64> {
+        for summary in summaries {
+            self.record(summary);
+        }
+        if !(flush || now >= self.next) {
+            return None;
+        }
+        self.next = now + self.interval;
+        self.end_interval(&own());
+        let mut rm = ResourceMetrics::default();
+        if let Err(e) = self.reader.collect(&mut rm) {
+            tracing::warn!("cannot collect metrics: {e}");
+            return None;
+        }
+        self.limiter.end_interval();
+        Some(queue::enqueue(rm))
+    }
+}
+
+/// `nccl.comm.hash`, `nccl.comm.name`, `nccl.rank`, `nccl.nranks`.
+fn comm_attrs(meta: &CommMeta) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("nccl.comm.hash", format!("{:#x}", meta.hash)),
+        KeyValue::new("nccl.comm.name", meta.name.clone()),
+        KeyValue::new("nccl.rank", i64::from(meta.rank)),
+        KeyValue::new("nccl.nranks", i64::from(meta.nranks)),
+    ]
+}
+
+/// The link's attributes: its communicator's, with `nccl.rank` the sending rank, and `nccl.peer`.
+fn link_attrs(meta: &CommMeta, rank: i32, peer: i32) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("nccl.comm.hash", format!("{:#x}", meta.hash)),
+        KeyValue::new("nccl.comm.name", meta.name.clone()),
+        KeyValue::new("nccl.rank", i64::from(rank)),
+        KeyValue::new("nccl.nranks", i64::from(meta.nranks)),
+        KeyValue::new("nccl.peer", i64::from(peer)),
+    ]
+}

@@ -1,0 +1,95 @@
+//! The generic bodies of `init` and `finalize`, and the exit flush: a communicator is registered
+//! (starting the telemetry and export threads on the first `init`) and, when it is freed, its last
+//! windows are processed and, after the last one, exported within a bounded wait.
+//! Called on: NCCL's init thread, the thread freeing a communicator, the exiting thread.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::ffi::c_void;
+use std::panic::catch_unwind;
+use std::sync::atomic::Ordering;
+
+use super::events::{OWN_PID, local};
+use super::guard::guarded;
+use crate::aggregate::CommMeta;
+use crate::bindings::{ncclDebugLogger_t, ncclResult_t};
+use crate::comm::{self, Comm};
+use crate::config::Config;
+use crate::record::handle::Context;
+use crate::{clock, export, nccl_log, telemetry};
+
+/// Version-neutral `init`: returns the context value and activation mask, or `None` to leave the
+/// communicator unprofiled (NULL context, success). In a forked child of a profiled process the
+/// plugin is inert: no lock, no log, no thread (the parent's threads and lock owners are gone).
+pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t) -> Option<(u64, i32)> {
+    if telemetry::forked() {
+        return None;
+    }
+    nccl_log::set_logger(logfn);
+    nccl_log::install();
+    let config = Config::global();
+    for warning in Config::take_warnings() {
+        tracing::warn!("{warning}");
+    }
+    if meta.rank == 0 {
+        tracing::info!("{}", config.describe());
+    }
+    if !config.enable {
+        return None;
+    }
+    // SAFETY: `getpid` has no preconditions.
+    OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    clock::init();
+    if config.telemetry_enable && telemetry::start(|| export::install(config)) {
+        register_exit_flush();
+    }
+    let hash = meta.hash;
+    let Some(id) = comm::register(meta, config) else {
+        tracing::warn!("no communicator slot or memory left; this communicator is not profiled");
+        return None;
+    };
+    Some((Context::new(id, hash).encode(), config.event_mask))
+}
+
+pub(super) unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
+    guarded(|owner| {
+        // A forked child must not touch state whose locks the parent's threads may hold.
+        if telemetry::forked() {
+            return;
+        }
+        let Some((id, comm)) = local(owner, context as u64) else {
+            return;
+        };
+        if let Some(summaries) = comm.finalize(id, clock::secs_per_tick()) {
+            telemetry::deliver(&summaries);
+        }
+        if !comm::all().any(Comm::is_live) {
+            // The last communicator: export what is left, waiting at most the export timeout
+            // even when the collector hangs, and not at all while exports are failing.
+            telemetry::flush(telemetry::flush_deadline(), false, telemetry::Wait::IfHealthy);
+            // NCCL may unload libnccl after its last communicator: forget its logger.
+            nccl_log::clear_logger();
+        }
+    })
+}
+
+/// Registers [`exit_flush`] with `atexit` once per process.
+fn register_exit_flush() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: `exit_flush` is a plain `extern "C" fn()` that never unwinds, and this library is
+        // never unmapped (`-z nodelete`, see build.rs), so the pointer stays valid until exit.
+        if unsafe { libc::atexit(exit_flush) } != 0 {
+            tracing::warn!("cannot register the exit flush; data of the last interval may be lost at exit");
+        }
+    });
+}
+
+/// At process exit without `finalize`: processes the live communicators' windows and exports them,
+/// waiting at most the export timeout plus a margin. Inert in a forked child.
+extern "C" fn exit_flush() {
+    let _ = catch_unwind(|| {
+        if !telemetry::forked() {
+            telemetry::flush(telemetry::flush_deadline(), true, telemetry::Wait::Always);
+        }
+    });
+}

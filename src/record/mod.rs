@@ -1,0 +1,127 @@
+//! Version-neutral records: what the hot path copies out of an NCCL callback into a window slot.
+//!
+//! Written by NCCL's user and proxy threads (one record per recorded callback), read by the
+//! telemetry thread (or `finalize`) once the window is sealed. Every record names the event it
+//! belongs to by its handle ([`handle::Handle`] bits); start records also name their parent.
+//! Strings from descriptors are classified into small enums during the call ([`names`]): no
+//! pointer into NCCL memory survives the callback.
+#![forbid(unsafe_code)]
+
+pub mod handle;
+pub mod names;
+
+pub use names::{Algo, Datatype, Func, Proto};
+
+/// Start of a collective (`Coll` event).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CollStart {
+    /// Per-communicator, per-function sequence number.
+    pub seq: u64,
+    /// Element count as NCCL reports it (bytes for AllGather/Broadcast, see `datatype`).
+    pub count: u64,
+    /// Function.
+    pub func: Func,
+    /// Algorithm.
+    pub algo: Algo,
+    /// Protocol.
+    pub proto: Proto,
+    /// Element type.
+    pub datatype: Datatype,
+    /// Channels the collective uses.
+    pub n_channels: u8,
+}
+
+/// Start of a point-to-point send (`P2p` event; receives are declined).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct P2pStart {
+    /// Element count.
+    pub count: u64,
+    /// Peer rank in the communicator.
+    pub peer: i32,
+    /// Element type.
+    pub datatype: Datatype,
+}
+
+/// Start of a network send proxy operation (`ProxyOp` event with `isSend`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProxyOpStart {
+    /// Handle of the Coll/P2p this op serves; 0 when NULL or foreign (PXN).
+    pub parent: u64,
+    /// Rank that created the op: ours, or the originator's for a PXN op.
+    pub rank: i32,
+    /// Remote rank the data goes to.
+    pub peer: i32,
+    /// Channel.
+    pub channel: u8,
+}
+
+/// What one record says about its event.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Body {
+    /// A collective started.
+    Coll(CollStart),
+    /// A point-to-point send started.
+    P2p(P2pStart),
+    /// A send proxy operation started.
+    ProxyOp(ProxyOpStart),
+    /// A send proxy step (one network transfer) started under the ProxyOp handle `parent`.
+    ProxyStep {
+        /// Handle of the step's ProxyOp.
+        parent: u64,
+        /// Transfer index within the op.
+        step: i32,
+    },
+    /// A kernel channel started on the GPU (`pTimer` at start, GPU nanoseconds).
+    KernelCh {
+        /// Handle of the Coll/P2p the channel works for.
+        parent: u64,
+        /// Channel.
+        channel: u8,
+        /// GPU start time (`%globaltimer`, ns).
+        gpu_start: u64,
+    },
+    /// `ProxyStepSendWait`: the network accepted `bytes` for this step.
+    SendWait {
+        /// Bytes handed to the network (`transSize`).
+        bytes: u64,
+    },
+    /// `KernelChStop`: the channel finished on the GPU.
+    KernelChStop {
+        /// GPU stop time (`%globaltimer`, ns).
+        gpu_stop: u64,
+    },
+    /// The event stopped.
+    Stop,
+}
+
+impl Body {
+    /// Whether this record opens an event that is expected to get a `Stop`.
+    pub fn opens(&self) -> bool {
+        matches!(
+            self,
+            Body::Coll(_) | Body::P2p(_) | Body::ProxyOp(_) | Body::ProxyStep { .. } | Body::KernelCh { .. }
+        )
+    }
+}
+
+/// One slot's content: which event (`id`, a handle value), when (`ts`, clock ticks), and what.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Record {
+    /// Handle of the event this record is about.
+    pub id: u64,
+    /// CPU time of the callback, in [`crate::clock`] ticks; 0 where nothing uses it (only
+    /// Coll/P2p starts, SendWait, and ProxyOp/ProxyStep stops are timed).
+    pub ts: u64,
+    /// Payload.
+    pub body: Body,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_fits_a_cache_friendly_slot() {
+        assert_eq!(std::mem::size_of::<Record>(), 48);
+    }
+}

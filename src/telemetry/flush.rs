@@ -1,0 +1,121 @@
+//! Flushing with a deadline: a finalizing or exiting thread asks the telemetry thread to process
+//! and export at once, and waits for that export, never past its deadline.
+//! Called on: a finalizing NCCL thread, the exiting thread (atexit) ([`flush`]); the telemetry
+//! thread ([`next_request`], [`serve`]); NCCL's init thread ([`set_delivery`]).
+#![forbid(unsafe_code)]
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::Delivery;
+use super::thread::running;
+use crate::config::Config;
+
+/// Added to the export timeout for a flush's deadline: the telemetry thread's own work.
+pub const FLUSH_MARGIN: Duration = Duration::from_millis(250);
+
+/// Flush requests to the telemetry thread, and its answers.
+struct Control {
+    /// Requests made so far.
+    requested: u64,
+    /// Requests the thread has served.
+    served: u64,
+    /// Export request queued by the last serve, if any.
+    seq: Option<u64>,
+    /// Whether a pending request wants live communicators' windows processed too.
+    drain_live: bool,
+}
+
+static CONTROL: Mutex<Control> = Mutex::new(Control {
+    requested: 0,
+    served: 0,
+    seq: None,
+    drain_live: false,
+});
+/// Wakes the telemetry thread for a flush.
+static WAKE: Condvar = Condvar::new();
+/// Tells flushers a request was served.
+static SERVED: Condvar = Condvar::new();
+/// The export queue, when export is on.
+static DELIVERY: OnceLock<&'static dyn Delivery> = OnceLock::new();
+
+/// Sets the export queue flushes wait on (once per process).
+pub fn set_delivery(delivery: &'static dyn Delivery) {
+    let _ = DELIVERY.set(delivery);
+}
+
+/// Flush requests pending when the telemetry thread took them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The newest request number taken.
+    generation: u64,
+    /// Whether the live communicators' windows are to be processed too.
+    pub drain_live: bool,
+}
+
+/// Waits up to `tick` for a flush request; the pending requests, if any.
+pub fn next_request(tick: Duration) -> Option<Request> {
+    let mut c = CONTROL.lock();
+    if c.requested == c.served {
+        WAKE.wait_for(&mut c, tick);
+    }
+    (c.requested > c.served).then(|| Request {
+        generation: c.requested,
+        drain_live: std::mem::take(&mut c.drain_live),
+    })
+}
+
+/// Answers `request`: the export it queued (`seq`), if any.
+pub fn serve(request: Request, seq: Option<u64>) {
+    let mut c = CONTROL.lock();
+    c.served = c.served.max(request.generation);
+    c.seq = seq;
+    SERVED.notify_all();
+}
+
+/// How [`flush`] waits for the export it asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Until the request is done or the deadline passes (exit: the last chance).
+    Always,
+    /// Only while exports go through: with a failing or hung collector, a program that destroys
+    /// communicators in a loop must not pay the timeout each time; the data follows with the
+    /// next request that gets through.
+    IfHealthy,
+}
+
+/// Asks the telemetry thread to process what was delivered (with `drain_live`, also the live
+/// communicators' windows), then to export at once, and waits (see [`Wait`]) until that export
+/// finished or `deadline` passed. Returns whether it finished in time. Never calls into the SDK
+/// here, never waits past `deadline`, returns at once in a forked child or without a telemetry
+/// thread. Called on: a finalizing NCCL thread, the exiting thread (atexit).
+pub fn flush(deadline: Instant, drain_live: bool, wait: Wait) -> bool {
+    if !running() {
+        return false;
+    }
+    let seq = {
+        let mut c = CONTROL.lock();
+        c.requested += 1;
+        c.drain_live |= drain_live;
+        let generation = c.requested;
+        WAKE.notify_one();
+        while c.served < generation {
+            if SERVED.wait_until(&mut c, deadline).timed_out() && c.served < generation {
+                return false;
+            }
+        }
+        c.seq
+    };
+    let delivery = DELIVERY.get();
+    if wait == Wait::IfHealthy && delivery.is_some_and(|d| !d.healthy()) {
+        return false;
+    }
+    seq.is_none_or(|seq| delivery.is_some_and(|d| d.wait_exported(seq, deadline)))
+}
+
+/// The deadline of a flush started now: the export timeout plus [`FLUSH_MARGIN`].
+pub fn flush_deadline() -> Instant {
+    Instant::now() + Config::global().export.timeout + FLUSH_MARGIN
+}

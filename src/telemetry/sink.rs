@@ -1,0 +1,31 @@
+//! Sinks: whoever wants every processed window (the export inbox, tests). Called on: the telemetry
+//! thread or a finalizing NCCL thread ([`deliver`]), `init` ([`add_sink`]); never on the hot path.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::aggregate::WindowSummary;
+
+/// Receives every processed window. Called on: the telemetry thread or a finalizing NCCL thread,
+/// never on the hot path; must not block for long.
+pub trait Sink: Send + Sync {
+    /// One window's summary.
+    fn window(&self, summary: &WindowSummary);
+}
+
+static SINKS: RwLock<Vec<Arc<dyn Sink>>> = RwLock::new(Vec::new());
+
+/// Registers a sink for all later windows.
+pub fn add_sink(sink: Arc<dyn Sink>) {
+    SINKS.write().push(sink);
+}
+
+/// Hands summaries to every sink.
+pub fn deliver(summaries: &[WindowSummary]) {
+    let sinks = SINKS.read().clone();
+    for summary in summaries {
+        sinks.iter().for_each(|s| s.window(summary));
+    }
+}

@@ -1,0 +1,128 @@
+//! The telemetry thread: one per process, started by the first `init`, never stopped. Every
+//! [`TICK`] (or at once on a flush request) it polls every communicator, delivers the summaries to
+//! the sinks and drives the export [`Pipeline`]. Called on: NCCL's init thread ([`start`]); any
+//! thread ([`forked`], [`running`]).
+#![forbid(unsafe_code)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::inbox::{self, Inbox};
+use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, sink};
+use crate::config::Config;
+use crate::stats::STATS;
+use crate::{clock, comm};
+
+/// How often the thread looks at the windows (close triggers are checked at this granularity).
+pub const TICK: Duration = Duration::from_millis(10);
+
+static THREAD: OnceLock<bool> = OnceLock::new();
+/// Pid of the process that started the thread; 0 before.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Whether this process is a fork of the one that started the telemetry thread: then the plugin
+/// must stay inert. Called on: any thread (init, finalize, exit).
+pub fn forked() -> bool {
+    let owner = OWNER.load(Ordering::Relaxed);
+    owner != 0 && owner != std::process::id()
+}
+
+/// Whether the telemetry thread runs in this process.
+pub fn running() -> bool {
+    THREAD.get().copied().unwrap_or(false) && !forked()
+}
+
+/// Starts the telemetry thread once per process, with the export back end `backend` builds
+/// (called once, before the thread exists; `None` when export is off). Failure to spawn is logged
+/// and leaves windows to be processed at `finalize` only. Returns whether the thread runs.
+/// Called on: NCCL's init thread.
+pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
+    *THREAD.get_or_init(|| {
+        let config = Config::global();
+        OWNER.store(std::process::id(), Ordering::Relaxed);
+        let pipeline = backend().map(|b| {
+            sink::add_sink(Arc::new(Inbox));
+            flush::set_delivery(b.delivery);
+            b.pipeline
+        });
+        let spawned = std::thread::Builder::new()
+            .name("nccl-otel-telemetry".into())
+            .spawn(move || run(config, pipeline));
+        if let Err(e) = &spawned {
+            tracing::warn!("cannot start the telemetry thread ({e}); windows are processed at finalize only");
+        }
+        spawned.is_ok()
+    })
+}
+
+/// The thread's loop: wait a tick (or a flush request), poll, export. A panic in one pass is
+/// counted and the loop goes on.
+fn run(config: &'static Config, build: Option<BuildPipeline>) {
+    let mut pipeline = build.and_then(|build| build(Instant::now()));
+    loop {
+        let request = flush::next_request(TICK);
+        let mut seq = None;
+        let pass = catch_unwind(AssertUnwindSafe(|| {
+            let now = Instant::now();
+            poll_all(now);
+            if request.is_some_and(|r| r.drain_live) {
+                drain_live(now, config.interval);
+            }
+            let mut summaries = inbox::take();
+            let summaries = summaries.make_contiguous();
+            seq = pipeline
+                .as_mut()
+                .and_then(|p| p.tick(now, request.is_some(), summaries, &self_telemetry));
+        }));
+        if pass.is_err() {
+            STATS.panics.incr();
+        }
+        if let Some(r) = request {
+            flush::serve(r, seq);
+        }
+    }
+}
+
+/// One pass over every communicator.
+fn poll_all(now: Instant) {
+    let secs_per_tick = clock::secs_per_tick();
+    for comm in comm::all() {
+        sink::deliver(&comm.poll(now, secs_per_tick));
+    }
+}
+
+/// Processes every window of the live communicators that holds records, as if the interval and
+/// then the grace period were over: the current window closes, and closing windows are processed
+/// with their open events counted unfinished. For the exit flush only: afterwards the windows'
+/// clocks run ahead, so their time trigger fires late.
+fn drain_live(now: Instant, interval: Duration) {
+    let close = now + interval + comm::SETTLE;
+    poll_all(close);
+    poll_all(close + interval + comm::SETTLE);
+}
+
+/// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A
+/// slot re-registered while it was read is left for the next interval.
+fn self_telemetry() -> SelfTelemetry {
+    let comms = comm::all()
+        .enumerate()
+        .filter_map(|(slot, c)| {
+            let generation = c.generation();
+            let (meta, counts, live) = (c.meta(), c.drop_counts(), c.is_live());
+            (c.generation() == generation).then_some(CommDrops {
+                slot,
+                generation,
+                meta,
+                counts,
+                live,
+            })
+        })
+        .collect();
+    SelfTelemetry {
+        stats: STATS.snapshot(),
+        windows_dropped: inbox::windows_dropped(),
+        comms,
+    }
+}
