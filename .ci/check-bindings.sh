@@ -5,12 +5,17 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
+# libclang itself (libclang.so, libclang-14.so.1, ...), not libclang-cpp, which llvm-*-dev ships
+# without it and bindgen cannot load.
 have_libclang() {
-    if command -v llvm-config >/dev/null 2>&1 && [ -n "$(ls "$(llvm-config --libdir)"/libclang*.so* 2>/dev/null)" ]; then
-        return 0
-    fi
-    [ -n "${LIBCLANG_PATH:-}" ] && [ -n "$(ls "$LIBCLANG_PATH"/libclang*.so* 2>/dev/null)" ] && return 0
-    ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'
+    local dirs=()
+    command -v llvm-config >/dev/null 2>&1 && dirs+=("$(llvm-config --libdir)")
+    [ -n "${LIBCLANG_PATH:-}" ] && dirs+=("$LIBCLANG_PATH")
+    for d in "${dirs[@]}"; do
+        compgen -G "$d/libclang.so*" >/dev/null && return 0
+        compgen -G "$d/libclang-[0-9]*.so*" >/dev/null && return 0
+    done
+    ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9.]+)?\.so'
 }
 
 if ! have_libclang; then

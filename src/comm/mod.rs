@@ -114,8 +114,9 @@ impl Comm {
         })
     }
 
-    /// Makes this slot's communicator live under `generation`, with a fresh first window; the
-    /// caller holds the registry lock and the slot's consumer lock `c`, and no window holds records.
+    /// Makes this slot's communicator live under `generation`, with a fresh first window. The
+    /// caller holds the slot's consumer lock `c` (and, in `register`, the registry lock); the slot
+    /// is not live and every window is READY.
     fn activate(&self, c: &mut Consumer, generation: u32, meta: CommMeta, config: &Config) {
         self.hash_tag.store(Context::tag(meta.hash), Ordering::Relaxed);
         c.reset(meta, config, self.root_limit);
