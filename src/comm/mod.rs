@@ -17,9 +17,9 @@
 //! registry lock ([`registry`]).
 #![forbid(unsafe_code)]
 
-pub mod consumer;
-pub mod producer;
-pub mod registry;
+mod consumer;
+mod producer;
+mod registry;
 #[cfg(test)]
 mod tests;
 

@@ -21,7 +21,7 @@ use super::{Export, Exporter, Protocol, Temporality};
 
 impl<L: Fn(&str) -> Option<String>> Reader<L> {
     /// Every export setting.
-    pub fn export(&mut self) -> Export {
+    pub(super) fn export(&mut self) -> Export {
         let exporter = self.read(
             EXPORTER,
             Exporter::Otlp,

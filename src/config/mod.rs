@@ -20,9 +20,9 @@
 //! once and leaves the rest of the chain in force. Header values are secrets: never logged.
 #![forbid(unsafe_code)]
 
-pub mod chain;
-pub mod parse;
-pub mod reader;
+mod chain;
+mod parse;
+mod reader;
 #[cfg(test)]
 mod tests;
 pub mod vars;

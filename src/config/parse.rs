@@ -14,10 +14,10 @@ use crate::aggregate::regression::Mode;
 const MAX_EVENT_BIT: u32 = 14;
 
 /// What a boolean variable accepts.
-pub const BOOL: &str = "a boolean (1/0, true/false, yes/no, on/off)";
+pub(super) const BOOL: &str = "a boolean (1/0, true/false, yes/no, on/off)";
 
 /// A boolean: 1/0, true/false, yes/no, on/off, any case.
-pub fn parse_bool(s: &str) -> Option<bool> {
+pub(super) fn parse_bool(s: &str) -> Option<bool> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),
@@ -26,13 +26,13 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 }
 
 /// Decimal seconds; NaN and infinities fail the range check.
-pub fn parse_interval(s: &str) -> Option<Duration> {
+pub(super) fn parse_interval(s: &str) -> Option<Duration> {
     let secs: f64 = s.parse().ok()?;
     (0.01..=3600.0).contains(&secs).then(|| Duration::from_secs_f64(secs))
 }
 
 /// A non-negative integer, decimal or `0x`-hex, digits only (no sign, no separators).
-pub fn parse_uint(s: &str) -> Option<u64> {
+pub(super) fn parse_uint(s: &str) -> Option<u64> {
     let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => (hex, 16),
         None => (s, 10),
@@ -44,13 +44,13 @@ pub fn parse_uint(s: &str) -> Option<u64> {
 }
 
 /// A [`parse_uint`] integer within `valid`.
-pub fn parse_u32_in(s: &str, valid: std::ops::RangeInclusive<u32>) -> Option<u32> {
+pub(super) fn parse_u32_in(s: &str, valid: std::ops::RangeInclusive<u32>) -> Option<u32> {
     let value = u32::try_from(parse_uint(s)?).ok()?;
     valid.contains(&value).then_some(value)
 }
 
 /// An activation mask using only bits 0..=`MAX_EVENT_BIT`.
-pub fn parse_event_mask(s: &str) -> Option<i32> {
+pub(super) fn parse_event_mask(s: &str) -> Option<i32> {
     let mask = parse_uint(s)?;
     if mask >> (MAX_EVENT_BIT + 1) != 0 {
         return None;
@@ -59,7 +59,7 @@ pub fn parse_event_mask(s: &str) -> Option<i32> {
 }
 
 /// `otlp`, `file`, `stdout` or `none`, any case.
-pub fn parse_exporter(s: &str) -> Option<Exporter> {
+pub(super) fn parse_exporter(s: &str) -> Option<Exporter> {
     match s.to_ascii_lowercase().as_str() {
         "otlp" => Some(Exporter::Otlp),
         "file" => Some(Exporter::File),
@@ -70,7 +70,7 @@ pub fn parse_exporter(s: &str) -> Option<Exporter> {
 }
 
 /// `http/protobuf`, `http/json` or (cargo feature `grpc`) `grpc`, any case.
-pub fn parse_protocol(s: &str) -> Option<Protocol> {
+pub(super) fn parse_protocol(s: &str) -> Option<Protocol> {
     match s.to_ascii_lowercase().as_str() {
         "http/protobuf" => Some(Protocol::HttpProtobuf),
         "http/json" => Some(Protocol::HttpJson),
@@ -80,7 +80,7 @@ pub fn parse_protocol(s: &str) -> Option<Protocol> {
 }
 
 /// `cumulative`, `delta` or `lowmemory`, any case.
-pub fn parse_temporality(s: &str) -> Option<Temporality> {
+pub(super) fn parse_temporality(s: &str) -> Option<Temporality> {
     match s.to_ascii_lowercase().as_str() {
         "cumulative" => Some(Temporality::Cumulative),
         "delta" => Some(Temporality::Delta),
@@ -90,7 +90,7 @@ pub fn parse_temporality(s: &str) -> Option<Temporality> {
 }
 
 /// Whole milliseconds in 1..=60000.
-pub fn parse_millis(s: &str) -> Option<Duration> {
+pub(super) fn parse_millis(s: &str) -> Option<Duration> {
     let ms = parse_uint(s)?;
     (1..=60_000).contains(&ms).then(|| Duration::from_millis(ms))
 }
@@ -98,7 +98,7 @@ pub fn parse_millis(s: &str) -> Option<Duration> {
 /// An `http://` (or, with TLS, `https://`) URL with a host and an optional numeric port; for
 /// HTTP protocols, the path gets `/v1/metrics` unless it already ends with it. gRPC URLs are taken
 /// as they are.
-pub fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
+pub(super) fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
     let rest = s
         .strip_prefix("http://")
         .or_else(|| s.strip_prefix("https://").filter(|_| cfg!(feature = "tls")))?;
@@ -147,7 +147,7 @@ pub fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
 /// The regular file at `path` when it holds PEM certificates that are all usable as trust anchors
 /// (sections of other types are skipped), at least one.
 #[cfg(feature = "tls")]
-pub fn read_ca_file(path: &str) -> Option<CaFile> {
+pub(super) fn read_ca_file(path: &str) -> Option<CaFile> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;
     /// A bundle of every public root is about 220 KB.
@@ -167,7 +167,7 @@ pub fn read_ca_file(path: &str) -> Option<CaFile> {
 }
 
 /// A path pattern whose `%` sequences are `%h`, `%p` or `%%`.
-pub fn parse_file_pattern(s: &str) -> Option<String> {
+pub(super) fn parse_file_pattern(s: &str) -> Option<String> {
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
         if c == '%' && !matches!(chars.next(), Some('h' | 'p' | '%')) {
@@ -179,7 +179,7 @@ pub fn parse_file_pattern(s: &str) -> Option<String> {
 
 /// `k=v,k2=v2`: keys trimmed and non-empty, values trimmed and percent-decoded; empty entries
 /// (`a=1,,b=2`, a trailing comma) are skipped.
-pub fn parse_pairs(s: &str) -> Option<Vec<(String, String)>> {
+pub(super) fn parse_pairs(s: &str) -> Option<Vec<(String, String)>> {
     let mut pairs = Vec::new();
     for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (key, value) = entry.split_once('=')?;
@@ -193,7 +193,7 @@ pub fn parse_pairs(s: &str) -> Option<Vec<(String, String)>> {
 }
 
 /// `%XX` escapes decoded; `None` for a bad escape or invalid UTF-8.
-pub fn percent_decode(s: &str) -> Option<String> {
+pub(super) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -211,13 +211,13 @@ pub fn percent_decode(s: &str) -> Option<String> {
 }
 
 /// `base` with every key of `top` set to top's value (later duplicates in `top` win); sorted by key.
-pub fn overlay(base: Vec<(String, String)>, top: Vec<(String, String)>) -> Vec<(String, String)> {
+pub(super) fn overlay(base: Vec<(String, String)>, top: Vec<(String, String)>) -> Vec<(String, String)> {
     let map: std::collections::BTreeMap<String, String> = base.into_iter().chain(top).collect();
     map.into_iter().collect()
 }
 
 /// An exporter as [`parse_exporter`] reads it.
-pub fn show_exporter(value: Exporter) -> String {
+pub(super) fn show_exporter(value: Exporter) -> String {
     match value {
         Exporter::Otlp => "otlp",
         Exporter::File => "file",
@@ -228,7 +228,7 @@ pub fn show_exporter(value: Exporter) -> String {
 }
 
 /// A protocol as [`parse_protocol`] reads it.
-pub fn show_protocol(value: Protocol) -> String {
+pub(super) fn show_protocol(value: Protocol) -> String {
     match value {
         Protocol::HttpProtobuf => "http/protobuf",
         Protocol::HttpJson => "http/json",
@@ -238,7 +238,7 @@ pub fn show_protocol(value: Protocol) -> String {
 }
 
 /// A temporality as [`parse_temporality`] reads it.
-pub fn show_temporality(value: Temporality) -> String {
+pub(super) fn show_temporality(value: Temporality) -> String {
     match value {
         Temporality::Cumulative => "cumulative",
         Temporality::Delta => "delta",
@@ -248,38 +248,38 @@ pub fn show_temporality(value: Temporality) -> String {
 }
 
 /// Whole milliseconds.
-pub fn show_millis(value: Duration) -> String {
+pub(super) fn show_millis(value: Duration) -> String {
     value.as_millis().to_string()
 }
 
 /// `true` or `false`.
-pub fn show_bool(value: bool) -> String {
+pub(super) fn show_bool(value: bool) -> String {
     value.to_string()
 }
 
 /// Decimal seconds.
-pub fn show_secs(value: Duration) -> String {
+pub(super) fn show_secs(value: Duration) -> String {
     value.as_secs_f64().to_string()
 }
 
 /// `AVG` or `MIN`.
-pub fn show_mode(value: Mode) -> String {
+pub(super) fn show_mode(value: Mode) -> String {
     value.as_str().to_owned()
 }
 
 /// `0x`-hex.
-pub fn show_mask(value: i32) -> String {
+pub(super) fn show_mask(value: i32) -> String {
     format!("{value:#x}")
 }
 
 /// Decimal.
-pub fn show_u32(value: u32) -> String {
+pub(super) fn show_u32(value: u32) -> String {
     value.to_string()
 }
 
 /// The CA file's path, or that the system roots are used.
 #[cfg(feature = "tls")]
-pub fn show_ca_file(value: &Option<CaFile>) -> String {
+pub(super) fn show_ca_file(value: &Option<CaFile>) -> String {
     value
         .as_ref()
         .map_or_else(|| "(the system roots)".to_owned(), |c| c.path.clone())

@@ -6,17 +6,17 @@
 use super::parse::parse_pairs;
 
 /// Collects the warnings while [`Config::from_lookup`] reads variables one by one.
-pub struct Reader<L> {
+pub(super) struct Reader<L> {
     /// Where values come from (the environment, or a test's table).
-    pub lookup: L,
+    pub(super) lookup: L,
     /// One line per rejected value, in reading order.
-    pub warnings: Vec<String>,
+    pub(super) warnings: Vec<String>,
 }
 
 impl<L: Fn(&str) -> Option<String>> Reader<L> {
     /// The value of `name`, trimmed; `None` when unset, or when blank (with a warning ending in
     /// `instead`, what is used in its place).
-    pub fn value(&mut self, name: &str, instead: impl FnOnce() -> String) -> Option<String> {
+    pub(super) fn value(&mut self, name: &str, instead: impl FnOnce() -> String) -> Option<String> {
         let raw = (self.lookup)(name)?;
         let value = raw.trim();
         if value.is_empty() {
@@ -28,7 +28,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
 
     /// Reads `name`: unset gives `default` silently; blank, or `parse` failing, gives `default`
     /// and a warning (saying the value is not `valid`).
-    pub fn read<T: Copy>(
+    pub(super) fn read<T: Copy>(
         &mut self,
         name: &str,
         default: T,
@@ -40,7 +40,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
     }
 
     /// [`Reader::read`] for non-`Copy` values.
-    pub fn read_owned<T>(
+    pub(super) fn read_owned<T>(
         &mut self,
         name: &str,
         default: T,
@@ -61,7 +61,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
 
     /// A `k=v,…` list; a bad one warns without echoing the value (headers carry credentials)
     /// and gives the empty list.
-    pub fn read_pairs(&mut self, name: &str, secret: bool) -> Vec<(String, String)> {
+    pub(super) fn read_pairs(&mut self, name: &str, secret: bool) -> Vec<(String, String)> {
         let Some(value) = self.value(name, || "ignoring it".to_owned()) else {
             return Vec::new();
         };

@@ -51,11 +51,6 @@ impl MetricReader for SharedReader {
     }
 }
 
-/// A link's identity within an interval: (hash, name, nranks, sending rank, peer).
-type LinkKey = (u64, String, i32, i32, i32);
-/// A channel's identity within an interval: (hash, name, rank, nranks, channel).
-type ChannelKey = (u64, String, i32, i32, u8);
-
 /// Process-wide counters last exported, to add only the change.
 #[derive(Default)]
 struct Seen {
@@ -74,8 +69,9 @@ pub struct Pipeline {
     mode: Mode,
     interval: Duration,
     next: Instant,
-    links: HashMap<LinkKey, Samples>,
-    channels: HashMap<ChannelKey, Samples>,
+    /// The interval's samples per link and per channel, keyed by their attributes.
+    links: HashMap<Vec<KeyValue>, Samples>,
+    channels: HashMap<Vec<KeyValue>, Samples>,
     seen: Seen,
     endpoint: String,
     /// Whether the last logged export state was failing.
@@ -188,16 +184,14 @@ impl Pipeline {
             self.inst.p2p.record(&g.ops, &g.transfers, &attrs);
         }
         for l in &s.links {
-            let attrs = link_attrs(&s.comm, l.rank, l.peer);
-            let attrs = self.attrs_or_overflow(Family::Link, attrs, 1);
+            let key = link_attrs(&s.comm, l.rank, l.peer);
+            let attrs = self.attrs_or_overflow(Family::Link, key.clone(), 1);
             self.inst.link_bytes.add(l.bytes, &attrs);
-            let key = (s.comm.hash, s.comm.name.clone(), s.comm.nranks, l.rank, l.peer);
             self.links.entry(key).or_default().merge(&l.samples);
         }
         for c in &s.channels {
-            let mut attrs = base.clone();
-            attrs.push(KeyValue::new("nccl.channel", i64::from(c.channel)));
-            let attrs = self.attrs_or_overflow(Family::Channel, attrs, 2 * c.transfers.len() as u64);
+            let key = channel_attrs(&s.comm, c.channel);
+            let attrs = self.attrs_or_overflow(Family::Channel, key.clone(), 2 * c.transfers.len() as u64);
             if !c.transfers.is_empty() {
                 let size = self.inst.channel_transfer_size.bind(&attrs);
                 let secs = self.inst.channel_transfer_duration.bind(&attrs);
@@ -206,7 +200,6 @@ impl Pipeline {
                     secs.record(t.secs);
                 }
             }
-            let key = (s.comm.hash, s.comm.name.clone(), s.comm.rank, s.comm.nranks, c.channel);
             self.channels.entry(key).or_default().merge(&c.samples);
         }
     }
@@ -214,15 +207,7 @@ impl Pipeline {
     /// Fits the interval's samples into the gauges, adds the self-telemetry counters and logs
     /// the export state (at most one line per interval).
     fn end_interval(&mut self, own: &SelfTelemetry) {
-        for ((hash, name, nranks, rank, peer), samples) in std::mem::take(&mut self.links) {
-            let meta = CommMeta {
-                hash,
-                name,
-                rank,
-                nranks,
-                nnodes: 0,
-            };
-            let attrs = link_attrs(&meta, rank, peer);
+        for (attrs, samples) in std::mem::take(&mut self.links) {
             if !self.limiter.admit(Family::Link, &attrs) {
                 self.overflow(Family::Link, 1);
                 continue;
@@ -235,16 +220,7 @@ impl Pipeline {
                 i.link_r2.record(fit.r2, &attrs);
             }
         }
-        for ((hash, name, rank, nranks, channel), samples) in std::mem::take(&mut self.channels) {
-            let meta = CommMeta {
-                hash,
-                name,
-                rank,
-                nranks,
-                nnodes: 0,
-            };
-            let mut attrs = comm_attrs(&meta);
-            attrs.push(KeyValue::new("nccl.channel", i64::from(channel)));
+        for (attrs, samples) in std::mem::take(&mut self.channels) {
             if !self.limiter.admit(Family::Channel, &attrs) {
                 self.overflow(Family::Channel, 1);
                 continue;
@@ -402,6 +378,13 @@ fn comm_attrs(meta: &CommMeta) -> Vec<KeyValue> {
         KeyValue::new("nccl.rank", i64::from(meta.rank)),
         KeyValue::new("nccl.nranks", i64::from(meta.nranks)),
     ]
+}
+
+/// The channel's attributes: its communicator's and `nccl.channel`.
+fn channel_attrs(meta: &CommMeta, channel: u8) -> Vec<KeyValue> {
+    let mut attrs = comm_attrs(meta);
+    attrs.push(KeyValue::new("nccl.channel", i64::from(channel)));
+    attrs
 }
 
 /// The link's attributes: its communicator's, with `nccl.rank` the sending rank, and `nccl.peer`.
