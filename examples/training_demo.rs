@@ -50,11 +50,11 @@ fn main() -> ExitCode {
     unsafe {
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", receiver.endpoint());
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "1");
-        // Coll|P2p|ProxyOp|ProxyStep|KernelCh: intra-node collectives get GPU-time durations.
+        // Coll|P2p|ProxyOp|ProxyStep|KernelCh: operations get GPU times too (intra-node ones only those).
         std::env::set_var("NCCL_PROFILE_EVENT_MASK", "0x5e");
         // A link here sees a few dozen transfers per interval, and a VM's hypervisor can pause the
         // emulator for milliseconds: one such pause in a mean-based fit skews a link's figures.
-        // The fastest transfer per size ignores it (a user's setting wins).
+        // A low percentile of each size's times ignores it (a user's setting wins).
         if std::env::var_os("NCCL_PROFILER_LINEAR_REGRESSION_MODE").is_none() {
             std::env::set_var("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN");
         }
@@ -135,14 +135,15 @@ fn latest(
     out
 }
 
-/// Ops, bytes, ops with a duration, and their seconds, of one (function, algorithm, protocol).
-type Row = (u64, f64, u64, f64);
+/// Per (function, algorithm, protocol): ops and bytes, then (count, sum) of host times, GPU
+/// times and bus bandwidths.
+type Row = (u64, f64, [(u64, f64); 3]);
 
 fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
     println!("Collectives and P2P sends (all ranks)");
     println!(
         "{:<14} {:<7} {:<7} {:>7} {:>11} {:>11} {:>11} {:>12}",
-        "function", "algo", "proto", "ops", "mean size", "timed ops", "mean time", "alg bw"
+        "function", "algo", "proto", "ops", "mean size", "host time", "GPU time", "bus bw"
     );
     let mut rows: BTreeMap<(String, String, String), Row> = BTreeMap::new();
     let key = |attrs: &[(String, String)]| {
@@ -160,20 +161,22 @@ fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
             row.0 += p.count;
             row.1 += p.value;
         }
-        for (attrs, p) in latest(requests, &format!("nccl.{family}.duration")) {
-            let row = rows.entry(key(&attrs)).or_default();
-            row.2 += p.count;
-            row.3 += p.value;
+        for (i, what) in ["duration", "kernel.duration", "busbw"].into_iter().enumerate() {
+            for (attrs, p) in latest(requests, &format!("nccl.{family}.{what}")) {
+                let row = rows.entry(key(&attrs)).or_default();
+                row.2[i].0 += p.count;
+                row.2[i].1 += p.value;
+            }
         }
     }
-    for ((func, algo, proto), (ops, bytes, timed, secs)) in rows {
-        let size = bytes / ops.max(1) as f64;
-        let mean = if timed > 0 { secs / timed as f64 } else { f64::NAN };
+    let mean = |(n, sum): (u64, f64)| if n > 0 { sum / n as f64 } else { f64::NAN };
+    for ((func, algo, proto), (ops, bytes, [host, gpu, bus])) in rows {
         println!(
-            "{func:<14} {algo:<7} {proto:<7} {ops:>7} {:>11} {timed:>11} {:>11} {:>12}",
-            human_bytes(size),
-            human_secs(mean),
-            format!("{}/s", human_bytes(size / mean))
+            "{func:<14} {algo:<7} {proto:<7} {ops:>7} {:>11} {:>11} {:>11} {:>12}",
+            human_bytes(bytes / ops.max(1) as f64),
+            human_secs(mean(host)),
+            human_secs(mean(gpu)),
+            format!("{}/s", human_bytes(mean(bus)))
         );
     }
 }

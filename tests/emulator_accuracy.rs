@@ -416,10 +416,12 @@ fn collective_durations_match_the_emulator() {
     for attempt in 1.. {
         let report = w.run(&s.plugin);
         match check_durations(s, &report) {
-            Ok(checked) => {
-                // Per iteration: 15 world calls with network sends on ranks 1 and 3, and the
-                // kernel-timed ones on every rank.
-                assert!(checked >= 40, "checked {checked} durations");
+            Ok((host, gpu)) => {
+                // Per iteration: 15 world tasks per rank, each with network ops (the ring's
+                // sends on ranks 1 and 3, its receives on 2 and 0; Send/Recv cross the nodes)
+                // and kernel channels; 2 node-local tasks with kernel channels only.
+                eprintln!("checked {host} host and {gpu} GPU times");
+                assert!(host >= 100 && gpu >= 120, "checked {host} host and {gpu} GPU times");
                 return;
             }
             Err(e) if report.max_late > STALL && attempt < 5 => eprintln!("host stall, again: {e}"),
@@ -428,26 +430,29 @@ fn collective_durations_match_the_emulator() {
     }
 }
 
-/// Compares every duration the emulator measured with the plugin's; the number compared.
-fn check_durations(s: &Setup, report: &Report) -> Result<usize, String> {
+/// Compares every host time (2 % or 20 µs) and GPU time (exact) the emulator measured with the
+/// plugin's; the numbers of host and GPU times compared.
+fn check_durations(s: &Setup, report: &Report) -> Result<(usize, usize), String> {
     let by_comm = summaries(s, report);
     // Group the emulator's tasks and the plugin's samples by (comm, rank, function, peer,
-    // bytes); within a group (one task per iteration) pair them in order of duration.
-    type Key = (u64, i32, &'static str, Option<i32>, u64);
+    // size, clock); within a group (one task per iteration) pair them in order of duration.
+    type Key = (u64, i32, &'static str, Option<i32>, u64, bool);
     let mut want: HashMap<Key, Vec<f64>> = HashMap::new();
     let mut slack: HashMap<Key, f64> = HashMap::new();
     for t in report.collectives.iter().filter(|t| t.func != Func::Recv) {
-        // Receives are declined by the plugin (send-side figures only).
-        if let Some(d) = t.duration() {
-            let key = (t.hash, t.rank, t.func.name(), t.peer, t.bytes);
+        // P2P receives are declined by the plugin.
+        for (gpu, d) in [(false, t.duration()), (true, t.gpu_duration())] {
+            let Some(d) = d else { continue };
+            let key = (t.hash, t.rank, t.func.name(), t.peer, t.test_size(), gpu);
             want.entry(key).or_default().push(d.as_secs_f64());
             // The plugin's start lies somewhere inside the emulator's `startEvent` call.
             let s = slack.entry(key).or_default();
-            *s = s.max(t.start_call.as_secs_f64());
+            *s = s.max(if gpu { 0.0 } else { t.start_call.as_secs_f64() });
         }
     }
-    let mut checked = 0;
-    for (&(hash, rank, func, peer, bytes), want) in &mut want {
+    let mut checked = (0, 0);
+    for (&key, want) in &mut want {
+        let (hash, rank, func, peer, bytes, gpu) = key;
         let windows = by_comm.get(&(hash, rank)).map_or(&[][..], Vec::as_slice);
         let ops: Vec<_> = match peer {
             Some(peer) => windows
@@ -465,24 +470,39 @@ fn check_durations(s: &Setup, report: &Report) -> Result<usize, String> {
                 .filter(|o| o.bytes == bytes)
                 .collect(),
         };
-        let mut got: Vec<f64> = ops.iter().filter_map(|o| o.duration).collect();
+        let mut got: Vec<f64> = ops
+            .iter()
+            .filter_map(|o| if gpu { o.gpu } else { o.duration })
+            .collect();
         if got.len() != want.len() {
-            return Err(format!("{func} of {bytes} B on rank {rank}: {ops:?} vs {want:?}"));
+            return Err(format!(
+                "{func} of {bytes} B on rank {rank} (gpu {gpu}): {ops:?} vs {want:?}"
+            ));
         }
         got.sort_by(f64::total_cmp);
         want.sort_by(f64::total_cmp);
         for (g, w) in got.iter().zip(want.iter()) {
-            if (g - w).abs() > (0.02 * w).max(20e-6) + slack[&(hash, rank, func, peer, bytes)] {
+            // GPU time comes from the pTimers given: exact up to the ns → s conversion.
+            let tol = if gpu {
+                1e-12
+            } else {
+                (0.02 * w).max(20e-6) + slack[&key]
+            };
+            if (g - w).abs() > tol {
                 let stats: Vec<_> = windows.iter().map(|w| w.stats).collect();
                 return Err(format!(
-                    "{func} {bytes} B, rank {rank}: plugin {:.1} µs, emulator {:.1} µs (all: {got:?} vs {want:?}; \
-                     samples {ops:?}; windows {stats:?}; largest emulator lateness {:?})",
+                    "{func} {bytes} B, rank {rank} (gpu {gpu}): plugin {:.1} µs, emulator {:.1} µs (all: {got:?} vs \
+                     {want:?}; samples {ops:?}; windows {stats:?}; largest emulator lateness {:?})",
                     g * 1e6,
                     w * 1e6,
                     report.max_late
                 ));
             }
-            checked += 1;
+            if gpu {
+                checked.1 += 1;
+            } else {
+                checked.0 += 1;
+            }
         }
     }
     Ok(checked)

@@ -1,54 +1,93 @@
 //! Per-window aggregation: links one sealed window's records (Coll/P2p → ProxyOp → ProxyStep, and
-//! Coll/P2p → KernelCh) and summarises them per collective kind, P2P peer, rank pair and channel.
+//! Coll/P2p → KernelCh) and summarises them per collective kind, P2P peer, rank pair and channel;
+//! children recorded in another window than their parent are linked through the communicator's
+//! table of open operations ([`super::open`]).
 //!
 //! Called on: the telemetry thread (or `finalize`), once the window is sealed; nothing writes the
 //! records any more. Pure: no I/O, clocks, atomics or OpenTelemetry types.
 //!
 //! A handle's slot is the index of its event's start record, so every link is an array index into
-//! per-slot scratch (a few allocations per call, none per record); only the few group keys are
-//! hashed, and records are never sorted. Phase 1 scans the records once; phases 2 and 3 visit only
-//! the slots it listed, in slot order:
+//! per-slot scratch (a few allocations per call, none per record); only the few group keys and the
+//! children of other windows are hashed, and records are never sorted. Phase 1 scans the records
+//! once; phases 2 and 3 visit only the slots it listed, in slot order:
 //! 1. `track`: register Coll/P2p roots and note each event's later records (SendWait,
-//!    KernelChStop, Stop) on its start slot.
+//!    InProgress, KernelChStop, Stop) on its start slot.
 //! 2. `transfers`: turn finished ProxySteps into transfers, grouped by their ProxyOp's rank
 //!    pair and channel, and by its root's group when the op has one.
 //! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times).
-//! 4. `build`: one [`OpSample`] per root, groups sorted by key.
+//! 4. `build`: hold every finished root in the table, release what is due, groups sorted by key.
 //!
 //! Invariants: an event "is in this window" iff its handle decodes to this window's communicator,
 //! window index and epoch, its slot is in range and that slot holds a start record carrying exactly
-//! that handle. A child whose (non-zero) parent is not in this window is an orphan: it links to no root but
-//! still counts in per-link and per-channel figures. The first Stop/SendWait/KernelChStop of an
-//! event wins; later duplicates and records of events from other windows are ignored.
+//! that handle. A child whose parent is one of this communicator's operations in another window
+//! is linked through the table; one whose parent nothing claims in time is an orphan: it links to
+//! no root but still counts in per-link and per-channel figures. The first
+//! Stop/SendWait/KernelChStop of an event wins; later duplicates and records of events from other
+//! windows are ignored.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 
+use super::bandwidth::{size_class, test_size};
+use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
 use super::regression::Samples;
 use super::summary::{
-    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, OpSample, P2pGroup, Transfer, WindowId, WindowStats,
-    WindowSummary,
+    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
 };
 use crate::record::handle::{EPOCH_MASK, Handle, Kind};
-use crate::record::{Body, Datatype, Record};
+use crate::record::{Body, ProxyOpStart, Record};
 
-/// Links and summarises the records of one sealed window; `records[i]` is slot `i`, fillers have
-/// `id == 0`. `secs_per_tick` converts record timestamps to seconds.
+/// A sealed window to summarise.
+#[derive(Clone, Copy, Debug)]
+pub struct Sealed<'a> {
+    /// Its records: `records[i]` is slot `i`, fillers have `id == 0`.
+    pub records: &'a [Record],
+    /// Its identity.
+    pub id: WindowId,
+    /// Processed with events still open (grace period over, or `finalize`).
+    pub forced: bool,
+    /// Children of its operations were dropped for lack of room: their times are withheld.
+    pub lost_children: bool,
+}
+
+/// Links and summarises the records of one sealed window. `secs_per_tick` converts record
+/// timestamps to seconds. Finished operations go into `open` and come out, with whatever was due
+/// there `at`, in this or a later summary.
 ///
 /// Called on: the telemetry thread (or `finalize`).
 pub fn summarize(
-    records: &[Record],
-    window: WindowId,
+    window: Sealed<'_>,
     meta: &CommMeta,
     secs_per_tick: f64,
-    forced: bool,
+    open: &mut OpenOps,
+    at: Frontier,
 ) -> WindowSummary {
-    let mut pass = Pass::new(records, window, secs_per_tick);
-    pass.stats.forced = forced;
+    let mut pass = Pass::new(window.records, window.id, secs_per_tick, meta.nranks, open, at);
+    pass.stats.forced = window.forced;
+    pass.stats.windows = 1;
     pass.track();
     pass.transfers();
     pass.link();
+    if window.lost_children {
+        pass.roots.iter_mut().for_each(|here| here.root.p.lose());
+    }
     pass.build(meta)
+}
+
+/// What `open` releases `at` without a window (with `at.flush`: everything, for `finalize`);
+/// `None` when nothing was released.
+pub fn release(
+    comm: WindowId,
+    meta: &CommMeta,
+    secs_per_tick: f64,
+    open: &mut OpenOps,
+    at: Frontier,
+) -> Option<WindowSummary> {
+    if !open.due(&at) {
+        return None;
+    }
+    let s = Pass::new(&[], comm, secs_per_tick, meta.nranks, open, at).build(meta);
+    (!s.colls.is_empty() || !s.p2ps.is_empty() || s.stats.orphans > 0).then_some(s)
 }
 
 /// Marks an index field that points nowhere; never a valid index, so `get(NONE as usize)` is `None`.
@@ -60,6 +99,8 @@ const STOPPED: u8 = 1 << 1;
 const SENT: u8 = 1 << 2;
 const GPU_STOPPED: u8 = 1 << 3;
 const OP_RESOLVED: u8 = 1 << 4;
+/// Receive op: NCCL progresses it (InProgress), so it will stop.
+const IN_PROGRESS: u8 = 1 << 5;
 
 /// Scratch for the event whose start record is at this slot.
 #[derive(Clone, Copy)]
@@ -92,34 +133,37 @@ impl Slot {
     }
 }
 
-/// Group a root belongs to.
+/// Group a root belongs to, in this pass.
 #[derive(Clone, Copy)]
 enum GroupIx {
     Coll(u32),
     P2p(u32),
 }
 
-/// A Coll/P2p in this window and what its children said.
-struct Root {
+/// A Coll/P2p started in this window.
+struct Here {
+    handle: u64,
     group: GroupIx,
-    start: u64,
-    bytes: u64,
-    ops: u32,
-    open_ops: bool,
-    last_stop: u64,
-    kernels: u32,
-    /// KernelCh a collective gets (one per channel); 0 when unknown (P2p).
-    channels: u32,
-    open_kernels: bool,
-    gpu_start: u64,
-    gpu_stop: u64,
-    transfers: u32,
+    root: Root,
+}
+
+/// Where a child's operation is.
+#[derive(Clone, Copy)]
+enum RootRef {
+    /// In this window: index into `roots`.
+    Here(u32),
+    /// Held in the table.
+    Held(u64),
+    /// Not processed yet (or never: then its children become orphans).
+    Pending(u64),
+    /// None, or another process's (PXN).
+    None,
 }
 
 /// A ProxyOp's resolved destinations.
 #[derive(Clone, Copy)]
 struct OpIx {
-    root: u32,
+    root: RootRef,
     link: u32,
     channel: u32,
 }
@@ -130,12 +174,15 @@ struct Pass<'a> {
     window: WindowId,
     epoch: u32,
     secs_per_tick: f64,
+    nranks: i32,
+    open: &'a mut OpenOps,
+    at: Frontier,
     slots: Vec<Slot>,
-    roots: Vec<Root>,
+    roots: Vec<Here>,
     colls: Vec<CollGroup>,
     coll_ix: HashMap<CollKey, u32>,
     p2ps: Vec<P2pGroup>,
-    p2p_ix: HashMap<(i32, Datatype), u32>,
+    p2p_ix: HashMap<GroupKey, u32>,
     links: Vec<LinkGroup>,
     link_ix: HashMap<(i32, i32), u32>,
     channels: Vec<ChannelGroup>,
@@ -156,10 +203,11 @@ fn start_kind(body: &Body) -> Option<Kind> {
     match body {
         Body::Coll(_) => Some(Kind::Coll),
         Body::P2p(_) => Some(Kind::P2p),
-        Body::ProxyOp(_) => Some(Kind::ProxyOp),
+        Body::ProxyOp(op) if op.send => Some(Kind::ProxyOp),
+        Body::ProxyOp(_) => Some(Kind::RecvOp),
         Body::ProxyStep { .. } => Some(Kind::ProxyStep),
         Body::KernelCh { .. } => Some(Kind::KernelCh),
-        Body::SendWait { .. } | Body::KernelChStop { .. } | Body::Stop => None,
+        Body::SendWait { .. } | Body::InProgress | Body::KernelChStop { .. } | Body::Stop => None,
     }
 }
 
@@ -169,12 +217,22 @@ fn ix(len: usize) -> u32 {
 }
 
 impl<'a> Pass<'a> {
-    fn new(records: &'a [Record], window: WindowId, secs_per_tick: f64) -> Self {
+    fn new(
+        records: &'a [Record],
+        window: WindowId,
+        secs_per_tick: f64,
+        nranks: i32,
+        open: &'a mut OpenOps,
+        at: Frontier,
+    ) -> Self {
         Pass {
             records,
             window,
             epoch: window.epoch & EPOCH_MASK,
             secs_per_tick,
+            nranks,
+            open,
+            at,
             slots: vec![Slot::EMPTY; records.len()],
             roots: Vec::new(),
             colls: Vec::new(),
@@ -205,12 +263,20 @@ impl<'a> Pass<'a> {
         ours.then_some(slot)
     }
 
-    /// Root index of the Coll/P2p `handle`, or `NONE` when it is not in this window.
-    fn root_of(&self, handle: u64) -> u32 {
-        match self.slot_of(handle) {
-            Some(s) if matches!(self.records[s].body, Body::Coll(_) | Body::P2p(_)) => self.slots[s].root,
-            _ => NONE,
+    /// Where the Coll/P2p `handle` is: in this window, held, or (one of this communicator's, in
+    /// another window) pending.
+    fn root_of(&self, handle: u64) -> RootRef {
+        if let Some(s) = self.slot_of(handle)
+            && matches!(self.records[s].body, Body::Coll(_) | Body::P2p(_))
+        {
+            return RootRef::Here(self.slots[s].root);
         }
+        if self.open.held.contains_key(&handle) {
+            return RootRef::Held(handle);
+        }
+        let ours = Handle::decode(handle)
+            .is_some_and(|h| h.comm == self.window.comm && matches!(h.kind, Kind::Coll | Kind::P2p));
+        if ours { RootRef::Pending(handle) } else { RootRef::None }
     }
 
     /// Phase 1: register roots, note later records on their event's start slot.
@@ -228,24 +294,33 @@ impl<'a> Pass<'a> {
                 self.slots[i].flags |= STARTED;
                 match rec.body {
                     Body::Coll(c) => {
-                        let key = CollKey {
+                        let bytes = test_size(c.func, c.count.saturating_mul(c.datatype.size()), self.nranks);
+                        let key = GroupKey::Coll(CollKey {
                             func: c.func,
                             algo: c.algo,
                             proto: c.proto,
                             datatype: c.datatype,
-                        };
-                        let group = GroupIx::Coll(self.coll_group(key));
-                        let bytes = c.count.saturating_mul(c.datatype.size());
-                        self.add_root(i, rec.ts, group, bytes, u32::from(c.n_channels));
+                            size_class: size_class(bytes),
+                        });
+                        self.add_root(i, rec.ts, key, bytes, u32::from(c.n_channels));
                     }
                     Body::P2p(p) => {
-                        let group = GroupIx::P2p(self.p2p_group(p.peer, p.datatype));
-                        self.add_root(i, rec.ts, group, p.count.saturating_mul(p.datatype.size()), 0);
+                        let bytes = p.count.saturating_mul(p.datatype.size());
+                        let key = GroupKey::P2p {
+                            peer: p.peer,
+                            datatype: p.datatype,
+                            size_class: size_class(bytes),
+                        };
+                        self.add_root(i, rec.ts, key, bytes, 0);
                     }
                     Body::ProxyStep { .. } => self.steps.push(ix(i)),
                     _ => self.children.push(ix(i)),
                 }
-                if !matches!(rec.body, Body::ProxyStep { .. }) {
+                // Steps are checked on their own; a receive op is expected to stop once progressing.
+                if !matches!(
+                    rec.body,
+                    Body::ProxyStep { .. } | Body::ProxyOp(ProxyOpStart { send: false, .. })
+                ) {
                     self.unstopped = self.unstopped.wrapping_add(1);
                 }
                 continue;
@@ -259,9 +334,20 @@ impl<'a> Pass<'a> {
                 Body::Stop if !slot.has(STOPPED) => {
                     slot.stop = rec.ts;
                     slot.flags |= STOPPED;
-                    if !matches!(start, Body::ProxyStep { .. }) {
+                    let expected = match start {
+                        Body::ProxyStep { .. } => false,
+                        Body::ProxyOp(op) => op.send || slot.has(IN_PROGRESS),
+                        _ => true,
+                    };
+                    if expected {
                         self.unstopped = self.unstopped.wrapping_sub(1);
                     }
+                }
+                Body::InProgress
+                    if !slot.has(IN_PROGRESS | STOPPED) && matches!(start, Body::ProxyOp(op) if !op.send) =>
+                {
+                    slot.flags |= IN_PROGRESS;
+                    self.unstopped = self.unstopped.wrapping_add(1);
                 }
                 Body::SendWait { bytes } if !slot.has(SENT) && matches!(start, Body::ProxyStep { .. }) => {
                     slot.sent = rec.ts;
@@ -277,47 +363,54 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn add_root(&mut self, slot: usize, start: u64, group: GroupIx, bytes: u64, channels: u32) {
+    fn add_root(&mut self, slot: usize, start: u64, key: GroupKey, bytes: u64, channels: u32) {
         self.slots[slot].root = ix(self.roots.len());
-        self.roots.push(Root {
+        let group = self.group(key);
+        self.roots.push(Here {
+            handle: self.records[slot].id,
             group,
-            start,
-            bytes,
-            ops: 0,
-            open_ops: false,
-            last_stop: 0,
-            kernels: 0,
-            channels,
-            open_kernels: false,
-            gpu_start: u64::MAX,
-            gpu_stop: 0,
-            transfers: 0,
+            root: Root {
+                key,
+                start,
+                bytes,
+                channels,
+                p: Progress::default(),
+            },
         });
     }
 
-    fn coll_group(&mut self, key: CollKey) -> u32 {
-        let colls = &mut self.colls;
-        *self.coll_ix.entry(key).or_insert_with(|| {
-            colls.push(CollGroup {
-                key,
-                ops: Vec::new(),
-                transfers: Vec::new(),
-            });
-            ix(colls.len() - 1)
-        })
-    }
-
-    fn p2p_group(&mut self, peer: i32, datatype: Datatype) -> u32 {
-        let p2ps = &mut self.p2ps;
-        *self.p2p_ix.entry((peer, datatype)).or_insert_with(|| {
-            p2ps.push(P2pGroup {
+    /// The group of `key` in this summary, created on first use.
+    fn group(&mut self, key: GroupKey) -> GroupIx {
+        match key {
+            GroupKey::Coll(key) => {
+                let colls = &mut self.colls;
+                GroupIx::Coll(*self.coll_ix.entry(key).or_insert_with(|| {
+                    colls.push(CollGroup {
+                        key,
+                        ops: Vec::new(),
+                        transfers: Vec::new(),
+                    });
+                    ix(colls.len() - 1)
+                }))
+            }
+            GroupKey::P2p {
                 peer,
                 datatype,
-                ops: Vec::new(),
-                transfers: Vec::new(),
-            });
-            ix(p2ps.len() - 1)
-        })
+                size_class,
+            } => {
+                let p2ps = &mut self.p2ps;
+                GroupIx::P2p(*self.p2p_ix.entry(key).or_insert_with(|| {
+                    p2ps.push(P2pGroup {
+                        peer,
+                        datatype,
+                        size_class,
+                        ops: Vec::new(),
+                        transfers: Vec::new(),
+                    });
+                    ix(p2ps.len() - 1)
+                }))
+            }
+        }
     }
 
     fn link_group(&mut self, rank: i32, peer: i32) -> u32 {
@@ -346,35 +439,33 @@ impl<'a> Pass<'a> {
         *entry
     }
 
-    /// Slot of the ProxyOp `handle`, if that op is in this window.
-    fn op_slot(&self, handle: u64) -> Option<usize> {
-        self.slot_of(handle)
-            .filter(|&p| matches!(self.records[p].body, Body::ProxyOp(_)))
-    }
-
-    /// Where the transfers of the ProxyOp at slot `p` go; resolved once per op.
-    fn op(&mut self, p: usize) -> OpIx {
-        let Body::ProxyOp(op) = self.records[p].body else {
-            return OpIx {
-                root: NONE,
-                link: NONE,
-                channel: NONE,
-            };
+    /// Where the transfers of the send ProxyOp `handle` go: from this window (resolved once per
+    /// op) or from the table; `None` when the op is unknown.
+    fn op(&mut self, handle: u64) -> Option<OpIx> {
+        let info = match self.slot_of(handle).map(|p| (p, self.records[p].body)) {
+            Some((p, Body::ProxyOp(op))) if op.send => {
+                if !self.slots[p].has(OP_RESOLVED) {
+                    let link = self.link_group(op.rank, op.peer);
+                    let slot = &mut self.slots[p];
+                    slot.link = link;
+                    slot.flags |= OP_RESOLVED;
+                }
+                let link = self.slots[p].link;
+                let root = self.root_of(op.parent);
+                return Some(OpIx {
+                    root,
+                    link,
+                    channel: self.channel_group(op.channel),
+                });
+            }
+            Some(_) => return None,
+            None => self.open.ops.get(&handle)?.0,
         };
-        if !self.slots[p].has(OP_RESOLVED) {
-            let root = self.root_of(op.parent);
-            let link = self.link_group(op.rank, op.peer);
-            let slot = &mut self.slots[p];
-            slot.root = root;
-            slot.link = link;
-            slot.flags |= OP_RESOLVED;
-        }
-        let slot = self.slots[p];
-        OpIx {
-            root: slot.root,
-            link: slot.link,
-            channel: self.channel_group(op.channel),
-        }
+        Some(OpIx {
+            root: self.root_of(info.parent),
+            link: self.link_group(info.rank, info.peer),
+            channel: self.channel_group(info.channel),
+        })
     }
 
     /// Phase 2: finished ProxySteps become transfers of their op's link, channel and root group.
@@ -385,25 +476,28 @@ impl<'a> Pass<'a> {
                 continue;
             };
             let slot = self.slots[i];
-            let done = slot.has(SENT | STOPPED);
-            if !done {
+            if !slot.has(SENT | STOPPED) {
                 self.stats.unfinished += 1;
+                let here = self
+                    .slot_of(parent)
+                    .is_some_and(|p| matches!(self.records[p].body, Body::ProxyOp(op) if op.send));
+                if !here && !self.open.ops.contains_key(&parent) {
+                    self.stats.orphans += 1;
+                }
+                continue;
             }
-            let Some(p) = self.op_slot(parent) else {
+            let Some(op) = self.op(parent) else {
                 self.stats.orphans += 1;
                 continue;
             };
-            if done {
-                let op = self.op(p);
-                let secs = slot.stop.saturating_sub(slot.sent) as f64 * self.secs_per_tick;
-                self.add_transfer(
-                    op,
-                    Transfer {
-                        bytes: slot.value,
-                        secs,
-                    },
-                );
-            }
+            let secs = slot.stop.saturating_sub(slot.sent) as f64 * self.secs_per_tick;
+            self.add_transfer(
+                op,
+                Transfer {
+                    bytes: slot.value,
+                    secs,
+                },
+            );
         }
     }
 
@@ -416,54 +510,84 @@ impl<'a> Pass<'a> {
             channel.transfers.push(t);
             channel.samples.push(t.bytes, t.secs);
         }
-        let Some(root) = self.roots.get_mut(op.root as usize) else {
-            return;
+        let group = match op.root {
+            RootRef::Here(r) => self.roots.get_mut(r as usize).map(|here| {
+                here.root.p.transfers = here.root.p.transfers.saturating_add(1);
+                here.group
+            }),
+            RootRef::Held(h) => match self.open.held.get_mut(&h) {
+                Some((root, _)) => {
+                    root.p.transfers = root.p.transfers.saturating_add(1);
+                    let key = root.key;
+                    Some(self.group(key))
+                }
+                None => None,
+            },
+            RootRef::Pending(h) => {
+                let pending = self.open.pending(h, self.at.now);
+                pending.p.transfers = pending.p.transfers.saturating_add(1);
+                pending.transfers.push(t);
+                None
+            }
+            RootRef::None => None,
         };
-        root.transfers = root.transfers.saturating_add(1);
-        match root.group {
-            GroupIx::Coll(g) => self.colls[g as usize].transfers.push(t),
-            GroupIx::P2p(g) => self.p2ps[g as usize].transfers.push(t),
+        match group {
+            Some(GroupIx::Coll(g)) => self.colls[g as usize].transfers.push(t),
+            Some(GroupIx::P2p(g)) => self.p2ps[g as usize].transfers.push(t),
+            None => {}
+        }
+    }
+
+    /// The progress record of the root a child names: in this window, held, or pending (which
+    /// then counts the child); `None` for no parent or another process's.
+    fn progress(&mut self, parent: u64) -> Option<&mut Progress> {
+        match self.root_of(parent) {
+            RootRef::Here(r) => self.roots.get_mut(r as usize).map(|h| &mut h.root.p),
+            RootRef::Held(h) => self.open.held.get_mut(&h).map(|(root, _)| &mut root.p),
+            RootRef::Pending(h) => {
+                let pending = self.open.pending(h, self.at.now);
+                pending.children += 1;
+                Some(&mut pending.p)
+            }
+            RootRef::None => None,
         }
     }
 
     /// Phase 3: link ProxyOps and KernelCh to their roots; count what never stopped.
     fn link(&mut self) {
         self.stats.unfinished += self.unstopped;
+        let until = self.at.hold();
         for i in std::mem::take(&mut self.children) {
             let i = i as usize;
             let slot = self.slots[i];
             let stopped = slot.has(STOPPED);
             match self.records[i].body {
                 Body::ProxyOp(op) => {
-                    let root = if slot.has(OP_RESOLVED) {
-                        slot.root
-                    } else {
-                        self.root_of(op.parent)
-                    };
-                    let Some(root) = self.roots.get_mut(root as usize) else {
-                        // A PXN op (or one whose Coll was declined) has no parent to miss.
-                        self.stats.orphans += u64::from(op.parent != 0);
-                        continue;
-                    };
-                    root.ops += 1;
-                    if stopped {
-                        root.last_stop = root.last_stop.max(slot.stop);
-                    } else {
-                        root.open_ops = true;
+                    if op.send {
+                        let info = OpInfo {
+                            rank: op.rank,
+                            peer: op.peer,
+                            channel: op.channel,
+                            parent: op.parent,
+                        };
+                        self.open.add_op(self.records[i].id, info, until);
+                    }
+                    // A receive op NCCL never progressed is one it never stops (CollNet,
+                    // copy-engine proxies, spec 3.6): it says nothing about completion.
+                    let counts = stopped || op.send || slot.has(IN_PROGRESS);
+                    if op.parent == 0 || !counts {
+                        continue; // a PXN op (or one whose Coll was declined) has no parent
+                    }
+                    match self.progress(op.parent) {
+                        Some(p) => p.op(stopped.then_some(slot.stop)),
+                        None => self.stats.orphans += 1,
                     }
                 }
                 Body::KernelCh { parent, gpu_start, .. } => {
-                    let root = self.root_of(parent);
-                    let Some(root) = self.roots.get_mut(root as usize) else {
-                        self.stats.orphans += 1;
-                        continue;
-                    };
-                    root.kernels += 1;
-                    if slot.has(GPU_STOPPED) {
-                        root.gpu_start = root.gpu_start.min(gpu_start);
-                        root.gpu_stop = root.gpu_stop.max(slot.value);
-                    } else {
-                        root.open_kernels = true;
+                    let gpu_stop = slot.has(GPU_STOPPED).then_some(slot.value);
+                    match self.progress(parent) {
+                        Some(p) => p.kernel(gpu_start, gpu_stop),
+                        None => self.stats.orphans += 1,
                     }
                 }
                 _ => {}
@@ -471,29 +595,42 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Phase 4: one sample per root, groups sorted by key.
+    /// Phase 4: roots of this window take the children recorded before it and are held (or,
+    /// when some part can no longer finish, reported now); what is due leaves the table; groups
+    /// sorted by key. With `at.flush` everything leaves.
     fn build(mut self, meta: &CommMeta) -> WindowSummary {
-        for root in &self.roots {
-            let duration = if root.ops > 0 {
-                let ticks = root.last_stop.checked_sub(root.start).filter(|_| !root.open_ops);
-                ticks.map(|t| t as f64 * self.secs_per_tick)
-            } else if root.kernels > 0 && root.kernels >= root.channels && !root.open_kernels {
-                root.gpu_stop.checked_sub(root.gpu_start).map(|ns| ns as f64 / 1e9)
+        let until = self.at.hold();
+        if self.at.lost_held {
+            self.open.held.values_mut().for_each(|(root, _)| root.p.lose());
+        }
+        let mut now = Vec::new();
+        for mut here in std::mem::take(&mut self.roots) {
+            let early = self.open.claim(here.handle, &mut here.root);
+            self.push_transfers(here.group, early);
+            if here.root.p.open() || self.at.flush {
+                now.push((here.group, here.root));
             } else {
-                None
-            };
-            let sample = OpSample {
-                bytes: root.bytes,
-                duration,
-                transfers: root.transfers,
-            };
-            match root.group {
+                self.open.hold(here.handle, here.root, until);
+            }
+        }
+        let (released, orphans) = self.open.release(&self.at);
+        self.stats.orphans += orphans;
+        for root in released {
+            let group = self.group(root.key);
+            now.push((group, root));
+        }
+        for (group, root) in now {
+            let sample = root.sample(self.secs_per_tick);
+            match group {
                 GroupIx::Coll(g) => self.colls[g as usize].ops.push(sample),
                 GroupIx::P2p(g) => self.p2ps[g as usize].ops.push(sample),
             }
         }
+        // Groups that got nothing (every root held) are not reported.
+        self.colls.retain(|g| !g.ops.is_empty() || !g.transfers.is_empty());
+        self.p2ps.retain(|g| !g.ops.is_empty() || !g.transfers.is_empty());
         self.colls.sort_unstable_by_key(|g| g.key);
-        self.p2ps.sort_unstable_by_key(|g| (g.peer, g.datatype));
+        self.p2ps.sort_unstable_by_key(|g| (g.peer, g.datatype, g.size_class));
         self.links.sort_unstable_by_key(|g| (g.rank, g.peer));
         self.channels.sort_unstable_by_key(|g| g.channel);
         WindowSummary {
@@ -505,12 +642,36 @@ impl<'a> Pass<'a> {
             stats: self.stats,
         }
     }
+
+    fn push_transfers(&mut self, group: GroupIx, transfers: Vec<Transfer>) {
+        match group {
+            GroupIx::Coll(g) => self.colls[g as usize].transfers.extend(transfers),
+            GroupIx::P2p(g) => self.p2ps[g as usize].transfers.extend(transfers),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::OpSample;
+    use crate::record::Datatype;
     use crate::record::handle::CommId;
+    use std::time::{Duration, Instant};
+
+    /// Past the hold time.
+    const HOLD_PLUS: Duration = Duration::from_millis(300);
+
+    /// The consumer at `now`, every window but the one being processed settled.
+    fn at(now: Instant, flush: bool) -> Frontier {
+        Frontier {
+            now,
+            filling: 1,
+            settled: 1,
+            flush,
+            lost_held: false,
+        }
+    }
     use crate::record::{Algo, CollStart, Func, P2pStart, Proto, ProxyOpStart};
 
     const COMM: CommId = CommId { slot: 3, generation: 7 };
@@ -545,14 +706,64 @@ mod tests {
     }
 
     /// Builds one window's record slice; start records get handles minted for their own slot.
-    #[derive(Default)]
     struct Win {
+        id: WindowId,
         recs: Vec<Record>,
     }
 
+    impl Default for Win {
+        fn default() -> Self {
+            Win::at(WIN)
+        }
+    }
+
+    /// Groups of `from` added to `to` (operations and transfers), as a consumer merges summaries.
+    fn merge(to: &mut WindowSummary, from: WindowSummary) {
+        for g in from.colls {
+            match to.colls.iter_mut().find(|t| t.key == g.key) {
+                Some(t) => {
+                    t.ops.extend(g.ops);
+                    t.transfers.extend(g.transfers);
+                }
+                None => to.colls.push(g),
+            }
+        }
+        for g in from.p2ps {
+            match to
+                .p2ps
+                .iter_mut()
+                .find(|t| (t.peer, t.datatype, t.size_class) == (g.peer, g.datatype, g.size_class))
+            {
+                Some(t) => {
+                    t.ops.extend(g.ops);
+                    t.transfers.extend(g.transfers);
+                }
+                None => to.p2ps.push(g),
+            }
+        }
+        to.colls.sort_unstable_by_key(|g| g.key);
+        to.stats.orphans += from.stats.orphans;
+    }
+
     impl Win {
+        fn at(id: WindowId) -> Win {
+            Win { id, recs: Vec::new() }
+        }
+        fn sealed(&self) -> Sealed<'_> {
+            Sealed {
+                records: &self.recs,
+                id: self.id,
+                forced: false,
+                lost_children: false,
+            }
+        }
         fn start(&mut self, ts: u64, body: Body) -> u64 {
-            let id = handle(WIN.window, WIN.epoch, start_kind(&body).unwrap(), self.recs.len());
+            let id = handle(
+                self.id.window,
+                self.id.epoch,
+                start_kind(&body).unwrap(),
+                self.recs.len(),
+            );
             self.recs.push(Record { id, ts, body });
             id
         }
@@ -592,8 +803,19 @@ mod tests {
                 },
             )
         }
+        /// This window's summary with everything the table held released at once.
         fn sum(&self) -> WindowSummary {
-            summarize(&self.recs, WIN, &meta(), SPT, false)
+            let mut open = OpenOps::new(Duration::ZERO);
+            self.sum_with(&mut open, Instant::now(), true)
+        }
+        /// This window's summary through `open` at `now`; with `flush`, everything held is
+        /// released.
+        fn sum_with(&self, open: &mut OpenOps, now: Instant, flush: bool) -> WindowSummary {
+            let mut s = summarize(self.sealed(), &meta(), SPT, open, at(now, false));
+            if let Some(r) = release(self.id, &meta(), SPT, open, at(now, flush)) {
+                merge(&mut s, r);
+            }
+            s
         }
     }
 
@@ -615,15 +837,28 @@ mod tests {
             rank,
             peer,
             channel,
+            send: true,
         })
     }
 
-    fn key(func: Func, datatype: Datatype) -> CollKey {
+    fn recv_body(parent: u64, peer: i32, channel: u8) -> Body {
+        Body::ProxyOp(ProxyOpStart {
+            parent,
+            rank: 0,
+            peer,
+            channel,
+            send: false,
+        })
+    }
+
+    /// The key of a collective of `bytes` (nccl-tests size).
+    fn key(func: Func, datatype: Datatype, bytes: u64) -> CollKey {
         CollKey {
             func,
             algo: Algo::Ring,
             proto: Proto::Simple,
             datatype,
+            size_class: size_class(bytes),
         }
     }
 
@@ -664,6 +899,7 @@ mod tests {
             records,
             unfinished,
             orphans,
+            windows: 1,
             ..WindowStats::default()
         }
     }
@@ -696,11 +932,12 @@ mod tests {
         assert_eq!(
             s.colls,
             vec![CollGroup {
-                key: key(Func::AllReduce, Datatype::Float32),
-                // Proxy ops win over the kernel channel: 100 → 350 ticks.
+                key: key(Func::AllReduce, Datatype::Float32, 4096),
+                // Host time 100 → 350 ticks; one of two kernel channels: no GPU time.
                 ops: vec![OpSample {
                     bytes: 4096,
                     duration: Some(250.0 / 1024.0),
+                    gpu: None,
                     transfers: 6
                 }],
                 transfers: all.to_vec(),
@@ -738,9 +975,11 @@ mod tests {
             vec![P2pGroup {
                 peer: 5,
                 datatype: Datatype::Float64,
+                size_class: size_class(2048),
                 ops: vec![OpSample {
                     bytes: 2048,
                     duration: Some(100.0 / 1024.0),
+                    gpu: None,
                     transfers: 2
                 }],
                 transfers: ts.to_vec(),
@@ -776,10 +1015,12 @@ mod tests {
         assert_eq!(
             s.colls,
             vec![CollGroup {
-                key: key(Func::AllGather, Datatype::Int8),
+                key: key(Func::AllGather, Datatype::Int8, 256),
                 ops: vec![OpSample {
-                    bytes: 64,
+                    // 64 bytes per rank × 4 ranks.
+                    bytes: 256,
                     duration: None,
+                    gpu: None,
                     transfers: 0
                 }],
                 transfers: vec![],
@@ -806,14 +1047,186 @@ mod tests {
         assert_eq!(
             s.colls[0].ops,
             vec![OpSample {
-                bytes: 200,
+                // 100 bf16 per rank × 4 ranks.
+                bytes: 800,
                 duration: None,
+                gpu: None,
                 transfers: 2
             }]
         );
         assert_eq!(s.colls[0].transfers, ts.to_vec());
         assert_eq!(s.links, vec![link(0, 1, &ts)]);
         assert_eq!(s.stats, stats(11, 1, 0));
+    }
+
+    #[test]
+    fn collective_ends_at_its_last_op_stop_of_either_direction() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 256, Datatype::Float32);
+        w.stop(c, 1);
+        let send = w.op(2, c, 0, 1, 0);
+        let recv = w.start(3, recv_body(c, 3, 0));
+        w.rec(recv, 4, Body::InProgress);
+        w.step(5, send, 1024, 10);
+        w.stop(send, 998);
+        w.stop(recv, 3000); // the ring's last receive lands last
+        // A receive op NCCL never progresses (CollNet, copy-engine proxies) and never stops.
+        w.start(6, recv_body(c, 2, 1));
+        let s = w.sum();
+
+        assert_eq!(
+            s.colls[0].ops,
+            vec![OpSample {
+                bytes: 1024,
+                duration: Some(3000.0 / 1024.0),
+                gpu: None,
+                transfers: 1
+            }]
+        );
+        // Receive ops make no link or channel figures.
+        assert_eq!(s.links, vec![link(0, 1, &[t(1024, 10)])]);
+        assert_eq!(s.channels, vec![channel(0, &[t(1024, 10)])]);
+        assert_eq!(s.stats, stats(11, 0, 0), "the never-progressed op is not unfinished");
+    }
+
+    #[test]
+    fn receive_op_in_progress_and_unstopped_withholds_the_duration() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 256, Datatype::Float32);
+        w.stop(c, 1);
+        let send = w.op(2, c, 0, 1, 0);
+        w.stop(send, 50);
+        let recv = w.start(3, recv_body(c, 3, 0));
+        w.rec(recv, 4, Body::InProgress);
+        let s = w.sum();
+        assert_eq!(s.colls[0].ops[0].duration, None);
+        assert_eq!(s.stats.unfinished, 1);
+    }
+
+    #[test]
+    fn host_and_gpu_time_are_both_kept() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 256, Datatype::Float32);
+        w.stop(c, 1);
+        let send = w.op(2, c, 0, 1, 0);
+        w.stop(send, 512);
+        for (ch, start, stop) in [(0, 1_000, 5_000), (1, 1_500, 4_000)] {
+            let k = w.kernel(10, c, ch, start);
+            w.rec(k, 11, Body::KernelChStop { gpu_stop: stop });
+            w.stop(k, 11);
+        }
+        let s = w.sum();
+        assert_eq!(
+            s.colls[0].ops,
+            vec![OpSample {
+                bytes: 1024,
+                duration: Some(0.5),
+                gpu: Some(4e-6),
+                transfers: 0
+            }]
+        );
+    }
+
+    /// Window 2 of the same communicator, a later cycle than `WIN`.
+    const WIN2: WindowId = WindowId {
+        comm: COMM,
+        window: 2,
+        epoch: 0x2009,
+    };
+
+    /// An AllReduce whose one op stopped at tick 100, processed through `open` at `t0`: held.
+    fn held_allreduce(open: &mut OpenOps, t0: Instant) -> u64 {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 256, Datatype::Float32);
+        w.stop(c, 1);
+        let op = w.op(2, c, 0, 1, 0);
+        w.stop(op, 100);
+        assert!(w.sum_with(open, t0, false).colls.is_empty(), "held for late children");
+        c
+    }
+
+    #[test]
+    fn a_late_proxy_op_in_a_later_window_extends_the_held_operation() {
+        let (mut open, t0) = (OpenOps::new(Duration::from_secs(1)), Instant::now());
+        let c = held_allreduce(&mut open, t0);
+        // The proxy thread appended a second op after the window closed.
+        let mut later = Win::at(WIN2);
+        let late = later.op(200, c, 0, 1, 1);
+        later.stop(late, 3000);
+        let second = later.sum_with(&mut open, t0 + HOLD_PLUS, false);
+        assert_eq!(
+            second.colls[0].ops[0].duration,
+            Some(3000.0 / 1024.0),
+            "not 100 ticks: never short"
+        );
+        assert_eq!(second.stats.orphans, 0);
+    }
+
+    #[test]
+    fn a_late_proxy_op_that_cannot_finish_releases_the_operation_without_host_time() {
+        let (mut open, t0) = (OpenOps::new(Duration::from_secs(1)), Instant::now());
+        let c = held_allreduce(&mut open, t0);
+        let mut later = Win::at(WIN2);
+        later.op(200, c, 0, 1, 1); // never stopped in its window
+        let second = later.sum_with(&mut open, t0, false);
+        assert_eq!(second.colls[0].ops[0].duration, None, "released at once, not short");
+        assert_eq!(open.held(), 0);
+    }
+
+    #[test]
+    fn a_step_whose_op_is_in_an_earlier_window_counts_for_its_link_channel_and_operation() {
+        let mut open = OpenOps::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 256, Datatype::Float32);
+        w.stop(c, 1);
+        let op = w.op(2, c, 0, 3, 5);
+        w.step(3, op, 1024, 10);
+        w.stop(op, 100);
+        w.sum_with(&mut open, t0, false);
+        let mut later = Win::at(WIN2);
+        later.step(50, op, 2048, 20); // could not join its op's full window
+        let second = later.sum_with(&mut open, t0 + HOLD_PLUS, false);
+        assert_eq!(second.links, vec![link(0, 3, &[t(2048, 20)])]);
+        assert_eq!(second.channels, vec![channel(5, &[t(2048, 20)])]);
+        assert_eq!(second.colls[0].ops[0].transfers, 2);
+        assert_eq!(second.colls[0].transfers, vec![t(2048, 20)]);
+        assert_eq!(second.stats.orphans, 0);
+    }
+
+    #[test]
+    fn children_processed_before_their_operation_are_claimed_by_it() {
+        let mut open = OpenOps::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        // The operation's window is processed after the window its spilled child went to.
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 256, Datatype::Float32);
+        w.stop(c, 1);
+        let mut spill = Win::at(WIN2);
+        let op = spill.op(2, c, 0, 1, 0);
+        spill.step(3, op, 512, 4);
+        spill.stop(op, 700);
+        let first = spill.sum_with(&mut open, t0, false);
+        assert_eq!(first.stats.orphans, 0, "pending, not orphaned yet");
+        assert_eq!(first.links, vec![link(0, 1, &[t(512, 4)])]);
+        let second = w.sum_with(&mut open, t0, true);
+        let g = &second.colls[0];
+        assert_eq!((g.ops[0].duration, g.ops[0].transfers), (Some(700.0 / 1024.0), 1));
+        assert_eq!(g.transfers, vec![t(512, 4)]);
+    }
+
+    #[test]
+    fn children_nothing_claims_become_orphans_when_they_expire() {
+        let mut open = OpenOps::new(Duration::ZERO);
+        let t0 = Instant::now();
+        let mut w = Win::at(WIN2);
+        let gone = handle(WIN.window, WIN.epoch, Kind::Coll, 7);
+        let op = w.op(2, gone, 0, 1, 0);
+        w.stop(op, 9);
+        assert_eq!(w.sum_with(&mut open, t0, false).stats.orphans, 0);
+        let r = release(WIN2, &meta(), SPT, &mut open, at(t0 + HOLD_PLUS, false)).unwrap();
+        assert_eq!(r.stats.orphans, 1);
+        assert_eq!(r.stats.windows, 0);
     }
 
     #[test]
@@ -839,6 +1252,7 @@ mod tests {
             vec![OpSample {
                 bytes: 64,
                 duration: Some(30.0 / 1024.0),
+                gpu: None,
                 transfers: 1
             }]
         );
@@ -849,7 +1263,7 @@ mod tests {
     }
 
     #[test]
-    fn collective_with_kernel_channels_only_gets_gpu_duration() {
+    fn collective_with_kernel_channels_only_gets_gpu_time_only() {
         let mut w = Win::default();
         let c = w.coll(0, Func::AllReduce, 4, Datatype::Float16);
         w.stop(c, 1);
@@ -867,17 +1281,20 @@ mod tests {
         w.kernel(24, d, 1, 6_000);
         let s = w.sum();
 
+        // The unfinished one is released at once, the finished one held, then released.
         assert_eq!(
             s.colls[0].ops,
             vec![
                 OpSample {
                     bytes: 8,
-                    duration: Some(4e-6),
+                    duration: None,
+                    gpu: None,
                     transfers: 0
                 },
                 OpSample {
                     bytes: 8,
                     duration: None,
+                    gpu: Some(4e-6),
                     transfers: 0
                 },
             ]
@@ -897,6 +1314,7 @@ mod tests {
             vec![OpSample {
                 bytes: 4096,
                 duration: None,
+                gpu: None,
                 transfers: 0
             }]
         );
@@ -930,6 +1348,7 @@ mod tests {
             vec![OpSample {
                 bytes: 64,
                 duration: Some(10.0 / 1024.0),
+                gpu: None,
                 transfers: 1
             }]
         );
@@ -974,6 +1393,7 @@ mod tests {
             vec![OpSample {
                 bytes: 1,
                 duration: Some(10.0 / 1024.0),
+                gpu: None,
                 transfers: 0
             }]
         );
@@ -1001,10 +1421,11 @@ mod tests {
         assert_eq!(
             s.colls,
             vec![CollGroup {
-                key: key(Func::AllReduce, Datatype::Float32),
+                key: key(Func::AllReduce, Datatype::Float32, 100),
                 ops: vec![OpSample {
                     bytes: 100,
                     duration: Some(50.0 / 1024.0),
+                    gpu: None,
                     transfers: 1
                 }],
                 transfers: vec![t(100, 10)],
@@ -1068,6 +1489,15 @@ mod tests {
         assert_eq!(links, [(0, 1, 20 + 40), (0, 2, 30), (0, 3, 10)]);
         let channels: Vec<_> = a.channels.iter().map(|g| (g.channel, g.transfers.len())).collect();
         assert_eq!(channels, [(0, 1), (2, 2), (7, 1)]);
-        assert!(summarize(&w.recs, WIN, &meta(), SPT, true).stats.forced);
+        let mut open = OpenOps::new(Duration::ZERO);
+        let sealed = Sealed {
+            forced: true,
+            ..w.sealed()
+        };
+        assert!(
+            summarize(sealed, &meta(), SPT, &mut open, at(Instant::now(), false))
+                .stats
+                .forced
+        );
     }
 }

@@ -1,13 +1,18 @@
 //! Aggregation of closed windows, on the telemetry thread (or `finalize`): the summary types
-//! ([`summary`]), the linking pass that builds them from one window's records ([`link`]), and the
-//! mergeable least-squares statistics behind every link and channel fit ([`regression`]).
+//! ([`summary`]), the linking pass that builds them from one window's records ([`link`]), the
+//! table of operations still open across windows ([`open`]), the mergeable least-squares
+//! statistics behind every link and channel fit ([`regression`]), and nccl-tests' size and
+//! bandwidth definitions ([`bandwidth`]).
 //! Pure: no I/O, clocks, atomics or OpenTelemetry types.
 
+pub mod bandwidth;
 pub mod link;
+pub mod open;
 pub mod regression;
 pub mod summary;
 
-pub use link::summarize;
+pub use link::{Sealed, release, summarize};
+pub use open::{Frontier, OpenOps};
 pub use summary::{
     ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, OpSample, P2pGroup, Transfer, WindowId, WindowStats,
     WindowSummary,

@@ -1,5 +1,6 @@
-//! What one processed window says, ready for export: operations grouped by kind, transfers per
-//! link and channel, and the window's bookkeeping. Plain values: built by [`super::link`] on the
+//! What one processed window says, ready for export: operations grouped by kind (those the table
+//! of open operations released), transfers per link and channel, and the window's bookkeeping.
+//! Plain values: built by [`super::link`] on the
 //! telemetry thread (or `finalize`), read by the sinks.
 #![forbid(unsafe_code)]
 
@@ -45,11 +46,14 @@ pub struct Transfer {
 /// One collective or P2P send.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OpSample {
-    /// `count × datatype size`.
+    /// nccl-tests' size ([`super::bandwidth::test_size`]).
     pub bytes: u64,
-    /// Start → last linked ProxyOp stop, or GPU time of its kernel channels without ProxyOps, in
-    /// seconds; `None` when some linked op or channel is unfinished or there is neither.
+    /// Host time: start → last linked ProxyOp stop of either direction, in seconds; `None`
+    /// without linked ops or when one is unfinished.
     pub duration: Option<f64>,
+    /// GPU time: first KernelCh start → last KernelCh stop (GPU clock), in seconds; `None`
+    /// without KernelCh or when one is missing or unfinished.
+    pub gpu: Option<f64>,
     /// Transfers under its linked ProxyOps.
     pub transfers: u32,
 }
@@ -65,6 +69,8 @@ pub struct CollKey {
     pub proto: Proto,
     /// Element type.
     pub datatype: Datatype,
+    /// Message-size class ([`super::bandwidth::size_class`]).
+    pub size_class: u8,
 }
 
 /// Collectives of one kind in the window.
@@ -72,20 +78,22 @@ pub struct CollKey {
 pub struct CollGroup {
     /// The kind.
     pub key: CollKey,
-    /// One sample per collective, in start order.
+    /// One sample per collective released here (finished, or some part can no longer finish).
     pub ops: Vec<OpSample>,
     /// Transfers of their linked ProxyOps, in step start order.
     pub transfers: Vec<Transfer>,
 }
 
-/// P2P sends to one peer with one element type in the window.
+/// P2P sends to one peer with one element type and size class in the window.
 #[derive(Clone, Debug, PartialEq)]
 pub struct P2pGroup {
     /// Receiving rank.
     pub peer: i32,
     /// Element type.
     pub datatype: Datatype,
-    /// One sample per send, in start order.
+    /// Message-size class ([`super::bandwidth::size_class`]).
+    pub size_class: u8,
+    /// One sample per send released here.
     pub ops: Vec<OpSample>,
     /// Transfers of their linked ProxyOps, in step start order.
     pub transfers: Vec<Transfer>,
@@ -123,12 +131,13 @@ pub struct WindowStats {
     pub records: u64,
     /// Events started and never stopped; ProxySteps without SendWait or Stop.
     pub unfinished: u64,
-    /// ProxyOps, ProxySteps and KernelCh whose parent is not in this window.
+    /// ProxyOps, ProxySteps and KernelCh whose parent nothing claimed (see [`super::open`]).
     pub orphans: u64,
     /// The window was processed with events still open (grace period over, or `finalize`).
     pub forced: bool,
-    /// Some children could not join this window (it was full): durations here are withheld.
-    pub spilled: bool,
+    /// Windows this summary covers: 1, or 0 for operations released from the table of open
+    /// operations without a window.
+    pub windows: u64,
 }
 
 /// Everything one window says, ready for export.
@@ -138,7 +147,7 @@ pub struct WindowSummary {
     pub comm: CommMeta,
     /// Sorted by key.
     pub colls: Vec<CollGroup>,
-    /// Sorted by (peer, datatype).
+    /// Sorted by (peer, datatype, size class).
     pub p2ps: Vec<P2pGroup>,
     /// Sorted by (rank, peer).
     pub links: Vec<LinkGroup>,
@@ -146,18 +155,4 @@ pub struct WindowSummary {
     pub channels: Vec<ChannelGroup>,
     /// Bookkeeping.
     pub stats: WindowStats,
-}
-
-impl WindowSummary {
-    /// Marks the window as spilled: some ProxyOps or KernelCh of its operations were recorded
-    /// elsewhere, so every duration here could be too short and is reported as unknown.
-    pub fn mark_spilled(&mut self) {
-        self.stats.spilled = true;
-        let ops = self
-            .colls
-            .iter_mut()
-            .flat_map(|g| &mut g.ops)
-            .chain(self.p2ps.iter_mut().flat_map(|g| &mut g.ops));
-        ops.for_each(|o| o.duration = None);
-    }
 }

@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Comm, LIVE, SETTLE, WINDOWS};
-use crate::aggregate::{CommMeta, WindowId, WindowSummary, summarize};
+use super::{Comm, LIVE, LOST, SETTLE, WINDOWS};
+use crate::aggregate::{CommMeta, Frontier, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
 use crate::buffer::window::{Window, WindowState};
 use crate::config::Config;
-use crate::record::handle::{CommId, EPOCH_MASK, Handle};
+use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
 use crate::record::{Body, Record};
 
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
@@ -25,6 +25,8 @@ const PUBLISH_WAIT: Duration = Duration::from_millis(10);
 pub(super) struct Track {
     /// When it became FILLING or CLOSING.
     since: Instant,
+    /// Sequence number of this window cycle (windows are numbered as they open).
+    seq: u64,
     /// Published records already scanned while CLOSING.
     scanned: u32,
     /// Events started and not yet stopped among the scanned records, plus KernelCh expected
@@ -34,6 +36,8 @@ pub(super) struct Track {
     started: Vec<u64>,
     /// Start slots whose stop was seen.
     stopped: Vec<u64>,
+    /// Receive-op start slots whose InProgress was seen (only those count as open).
+    progressing: Vec<u64>,
     /// KernelCh still expected per collective slot (KernelCh in the mask).
     kernels_due: HashMap<u32, u8>,
 }
@@ -45,6 +49,10 @@ pub(super) struct Consumer {
     count_trigger: u64,
     /// Whether collectives get one KernelCh per channel (KernelCh in the activation mask).
     kernel_ch: bool,
+    /// Operations still open across windows.
+    open: OpenOps,
+    /// Sequence number of the next window to open.
+    next_seq: u64,
 }
 
 impl Consumer {
@@ -62,6 +70,8 @@ impl Consumer {
             interval: config.interval,
             count_trigger: u64::from(config.count_trigger),
             kernel_ch: false,
+            open: OpenOps::new(pending_ttl(config)),
+            next_seq: 1,
         }
     }
 
@@ -72,18 +82,28 @@ impl Consumer {
         self.interval = config.interval;
         self.count_trigger = u64::from(config.count_trigger).min(root_limit);
         self.kernel_ch = config.event_mask & crate::bindings::ncclProfileKernelCh as i32 != 0;
+        self.open = OpenOps::new(pending_ttl(config));
+        self.next_seq = 1;
         self.meta = meta;
     }
+}
+
+/// How long children recorded in a later window wait for their operation's window: longer than
+/// a window can stay CLOSING (its grace period, one interval, plus the settle time).
+fn pending_ttl(config: &Config) -> Duration {
+    2 * config.interval + SETTLE
 }
 
 impl Track {
     fn new(since: Instant) -> Track {
         Track {
             since,
+            seq: 0,
             scanned: 0,
             open: 0,
             started: Vec::new(),
             stopped: Vec::new(),
+            progressing: Vec::new(),
             kernels_due: HashMap::new(),
         }
     }
@@ -106,8 +126,9 @@ fn has_bit(bits: &[u64], i: u32) -> bool {
 
 impl Comm {
     /// Consumer step: finishes draining windows, closes the current window on the count or time
-    /// trigger and processes every CLOSING window whose events finished (after [`SETTLE`]) or
-    /// whose grace period (one interval) ran out. Called on: the telemetry thread.
+    /// trigger, processes every CLOSING window whose events finished (after [`SETTLE`]) or whose
+    /// grace period (one interval) ran out, oldest first, and releases the operations of the
+    /// table of open operations that are due. Called on: the telemetry thread.
     pub fn poll(&self, now: Instant, secs_per_tick: f64) -> Vec<WindowSummary> {
         let mut c = self.consumer.lock();
         for (i, w) in self.windows.iter().enumerate() {
@@ -120,21 +141,32 @@ impl Comm {
         }
         self.rotate_if_due(&mut c, now);
         let grace = c.interval;
-        (0..WINDOWS)
+        let mut closing: Vec<usize> = (0..WINDOWS)
             .filter(|&i| self.windows[i].state() == WindowState::Closing)
+            .collect();
+        closing.sort_by_key(|&i| c.tracks[i].since);
+        let mut summaries: Vec<WindowSummary> = closing
+            .into_iter()
             .filter_map(|i| {
                 self.scan(&mut c, i);
                 let t = &c.tracks[i];
                 let age = now.saturating_duration_since(t.since);
                 let done = age >= SETTLE && t.open <= 0;
-                (done || age >= grace).then(|| self.process(&mut c, i, secs_per_tick))?
+                (done || age >= grace).then(|| self.process(&mut c, i, secs_per_tick, now))?
             })
-            .collect()
+            .collect();
+        if summaries.is_empty() {
+            let at = self.frontier(&c, now, None, false);
+            let c = &mut *c;
+            summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
+        }
+        summaries
     }
 
     /// Marks the communicator finalized (later callbacks with its handles are stale) and
-    /// processes every window that holds records, oldest first, unfinished events included.
-    /// Returns `None` when `id` is not live. Called on: the thread freeing the communicator.
+    /// processes every window that holds records, oldest first, unfinished events included, and
+    /// every operation still held. Returns `None` when `id` is not live. Called on: the thread
+    /// freeing the communicator.
     pub fn finalize(&self, id: CommId, secs_per_tick: f64) -> Option<Vec<WindowSummary>> {
         let mut c = self.consumer.lock();
         let live = u32::from(id.generation) | LIVE;
@@ -142,19 +174,50 @@ impl Comm {
         self.state
             .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
+        let summaries = self.process_all(&mut c, secs_per_tick);
+        self.windows.iter().for_each(Window::release);
+        Some(summaries)
+    }
+
+    /// At process exit: processes every window of a live communicator that holds records, and
+    /// every operation still held, as `finalize` does, but leaves the communicator live with a
+    /// fresh FILLING window (callbacks may still come). Needs no free window. Called on: the
+    /// telemetry thread, for the exit flush.
+    pub fn drain(&self, secs_per_tick: f64) -> Vec<WindowSummary> {
+        let mut c = self.consumer.lock();
+        if !self.is_live() {
+            return Vec::new();
+        }
+        let summaries = self.process_all(&mut c, secs_per_tick);
+        if let Some(next) = (0..WINDOWS).find(|&i| self.windows[i].open()) {
+            c.tracks[next] = Track {
+                seq: c.next_seq,
+                ..Track::new(Instant::now())
+            };
+            c.next_seq += 1;
+            self.current.store(next as u8, Ordering::Relaxed);
+        }
+        summaries
+    }
+
+    /// Processes every FILLING or CLOSING window, oldest first, then releases the whole table of
+    /// open operations.
+    fn process_all(&self, c: &mut Consumer, secs_per_tick: f64) -> Vec<WindowSummary> {
         let mut order: Vec<usize> = (0..WINDOWS)
             .filter(|&i| matches!(self.windows[i].state(), WindowState::Filling | WindowState::Closing))
             .collect();
         order.sort_by_key(|&i| (self.windows[i].state() == WindowState::Filling, c.tracks[i].since));
-        let summaries = order
+        let now = Instant::now();
+        let mut summaries: Vec<WindowSummary> = order
             .into_iter()
             .filter_map(|i| {
-                self.scan(&mut c, i);
-                self.process(&mut c, i, secs_per_tick)
+                self.scan(c, i);
+                self.process(c, i, secs_per_tick, now)
             })
             .collect();
-        self.windows.iter().for_each(Window::release);
-        Some(summaries)
+        let at = self.frontier(c, now, None, true);
+        summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
+        summaries
     }
 
     /// Stops profiling communicator `id` without processing its windows (after a caught panic);
@@ -185,10 +248,43 @@ impl Comm {
         else {
             return;
         };
-        c.tracks[next] = Track::new(now);
+        c.tracks[next] = Track {
+            seq: c.next_seq,
+            ..Track::new(now)
+        };
+        c.next_seq += 1;
         self.current.store(next as u8, Ordering::Relaxed);
         window.close();
-        c.tracks[cur] = Track::new(now);
+        c.tracks[cur] = Track {
+            seq: c.tracks[cur].seq,
+            ..Track::new(now)
+        };
+    }
+
+    /// Where the consumer is at `now`, window `processing` counted as processed: the FILLING
+    /// window's sequence number, and the highest one up to which no window can still bring
+    /// records (an empty FILLING window brings none).
+    fn frontier(&self, c: &Consumer, now: Instant, processing: Option<usize>, flush: bool) -> Frontier {
+        let cur = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
+        let filling = c.tracks[cur].seq;
+        let unsettled = (0..WINDOWS)
+            .filter(|&i| Some(i) != processing)
+            .filter(|&i| match self.windows[i].state() {
+                WindowState::Closing => true,
+                WindowState::Filling => self.windows[i].claimed() > 0,
+                WindowState::Ready | WindowState::Processing => false,
+            });
+        let settled = unsettled
+            .map(|i| c.tracks[i].seq)
+            .min()
+            .map_or(filling, |s| s.saturating_sub(1));
+        Frontier {
+            now,
+            filling,
+            settled,
+            flush,
+            lost_held: self.lost_held.swap(false, Ordering::Relaxed),
+        }
     }
 
     /// This window's identity as handles name it.
@@ -205,8 +301,9 @@ impl Comm {
     }
 
     /// Counts open events among newly published records of window `i`: a start opens its event
-    /// (a collective also its expected KernelCh), the first stop of a start seen here closes it;
-    /// records of other windows, epochs or communicators are ignored.
+    /// (a collective also its expected KernelCh; a receive op only once InProgress, since NCCL
+    /// never stops receive-side ops it does not progress), the first stop of a start seen here
+    /// closes it; records of other windows, epochs or communicators are ignored.
     fn scan(&self, c: &mut Consumer, i: usize) {
         let (window, me) = (&self.windows[i], self.window_id(i));
         let kernel_ch = c.kernel_ch;
@@ -226,6 +323,9 @@ impl Comm {
             match record.body {
                 body if body.opens() && h.slot == slot => {
                     set_bit(&mut t.started, slot);
+                    if h.kind == Kind::RecvOp {
+                        continue;
+                    }
                     t.open += 1;
                     if let (Body::Coll(coll), true) = (body, kernel_ch) {
                         t.open += i64::from(coll.n_channels);
@@ -241,15 +341,25 @@ impl Comm {
                         t.open -= 1;
                     }
                 }
-                Body::Stop if has_bit(&t.started, h.slot) && set_bit(&mut t.stopped, h.slot) => t.open -= 1,
+                Body::InProgress if has_bit(&t.started, h.slot) && set_bit(&mut t.progressing, h.slot) => {
+                    t.open += 1;
+                }
+                Body::Stop
+                    if has_bit(&t.started, h.slot)
+                        && (h.kind != Kind::RecvOp || has_bit(&t.progressing, h.slot))
+                        && set_bit(&mut t.stopped, h.slot) =>
+                {
+                    t.open -= 1
+                }
                 _ => {}
             }
         }
     }
 
     /// Seals window `i`, reads its records (waiting briefly for claimed, unpublished slots),
-    /// summarises them and recycles the window once every claimed slot is published.
-    fn process(&self, c: &mut Consumer, i: usize, secs_per_tick: f64) -> Option<WindowSummary> {
+    /// summarises them (linking through, and releasing from, the table of open operations at
+    /// `now`) and recycles the window once every claimed slot is published.
+    fn process(&self, c: &mut Consumer, i: usize, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
         let (window, id) = (&self.windows[i], self.window_id(i));
         let forced = c.tracks[i].open > 0;
         let n = window.seal()?;
@@ -273,10 +383,15 @@ impl Comm {
                 }
             })
             .collect();
-        let mut summary = summarize(&records, id, &c.meta, secs_per_tick, forced);
-        if self.spilled[i].swap(false, Ordering::Relaxed) {
-            summary.mark_spilled();
-        }
+        let at = self.frontier(c, now, Some(i), false);
+        let lost = self.lost[i].swap(0, Ordering::Relaxed) == LOST | (id.epoch & EPOCH_MASK);
+        let sealed = Sealed {
+            records: &records,
+            id,
+            forced,
+            lost_children: lost,
+        };
+        let summary = summarize(sealed, &c.meta, secs_per_tick, &mut c.open, at);
         // A slot still unpublished keeps the window draining; `poll` resets it later.
         c.tracks[i] = Track {
             scanned: n,

@@ -9,7 +9,8 @@
 //! Routing: new events go to the current FILLING window, but only up to [`ROOT_SHARE`] of its
 //! capacity, so the events already in it always have room for their children, states and stops.
 //! Children go to their parent's window while it takes records (a Coll and its ProxyOps and
-//! ProxySteps are processed together); states and stops go to their event's window.
+//! ProxySteps are processed together), else to the current one, where the consumer's table of
+//! open operations links them; states and stops go to their event's window.
 //!
 //! Threads: NCCL user and proxy threads call [`Comm::start`] and [`Comm::append`] (lock-free,
 //! [`producer`]); the telemetry thread and `finalize` call [`Comm::poll`] and [`Comm::finalize`]
@@ -47,6 +48,8 @@ pub const SETTLE: Duration = Duration::from_millis(20);
 pub const ROOT_SHARE: (u64, u64) = (3, 4);
 /// `state` bit of a live communicator.
 const LIVE: u32 = 1 << 31;
+/// Bit of a `lost` entry that is set (the low bits are the window's epoch).
+const LOST: u32 = 1 << 31;
 
 /// Records that could not be kept, by reason.
 #[derive(Default)]
@@ -91,8 +94,11 @@ pub struct Comm {
     /// Claims a new event may take in the current window.
     root_limit: u64,
     windows: [Window; WINDOWS],
-    /// A child could not join its parent's (full) window: durations there are incomplete.
-    spilled: [AtomicBool; WINDOWS],
+    /// Per window, `LOST | epoch` when a child of one of its operations was dropped for lack of
+    /// room during that epoch: the consumer withholds the times of its operations.
+    lost: [AtomicU32; WINDOWS],
+    /// A child of an operation whose window was already processed was dropped.
+    lost_held: AtomicBool,
     /// Drop counters (cumulative since `init`; consumers diff them).
     pub drops: CachePadded<Drops>,
     consumer: Mutex<Consumer>,
@@ -108,7 +114,8 @@ impl Comm {
             current: AtomicU8::new(0),
             root_limit: u64::from(config.capacity) * ROOT_SHARE.0 / ROOT_SHARE.1,
             windows: [w()?, w()?, w()?, w()?],
-            spilled: std::array::from_fn(|_| AtomicBool::new(false)),
+            lost: std::array::from_fn(|_| AtomicU32::new(0)),
+            lost_held: AtomicBool::new(false),
             drops: CachePadded::new(Drops::default()),
             consumer: Mutex::new(Consumer::new(config)),
         })
@@ -121,7 +128,8 @@ impl Comm {
         self.hash_tag.store(Context::tag(meta.hash), Ordering::Relaxed);
         c.reset(meta, config, self.root_limit);
         self.drops.reset();
-        self.spilled.iter().for_each(|s| s.store(false, Ordering::Relaxed));
+        self.lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
+        self.lost_held.store(false, Ordering::Relaxed);
         self.windows[0].open();
         self.current.store(0, Ordering::Relaxed);
         // Release: everything above is visible to whoever sees the communicator live.

@@ -1,13 +1,14 @@
 //! The producer side of a communicator: routing each record to a window, lock-free and
 //! allocation-free. New events go to the current FILLING window up to [`super::ROOT_SHARE`] of its
 //! capacity; children go to their parent's window while it takes records, else to the current
-//! one (and the parent's window is marked spilled); states and stops go to their event's window.
+//! one; states and stops go to their event's window.
 //! Called on: NCCL's user and proxy threads.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::Ordering;
 
-use super::Comm;
+use super::{Comm, LOST};
+use crate::buffer::window::WindowState;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
 use crate::record::{Body, Record};
 
@@ -43,20 +44,34 @@ impl Comm {
                 .encode(),
             )
         };
-        if let Some(p) = parent.filter(|p| p.comm == id && self.epoch_matches(*p)) {
-            if let Some(h) = push(p.window, u64::MAX) {
-                return Some(h);
-            }
-            // The parent's window is full or sealed: the parent's duration there is incomplete.
-            if let Some(spilled) = self.spilled.get(usize::from(p.window)) {
-                spilled.store(true, Ordering::Relaxed);
-            }
+        // The parent's window may be full or sealed: then the child goes to the current window,
+        // and the consumer's table of open operations links it.
+        if let Some(p) = parent.filter(|p| p.comm == id && self.epoch_matches(*p))
+            && let Some(h) = push(p.window, u64::MAX)
+        {
+            return Some(h);
         }
         let handle = push(self.current.load(Ordering::Relaxed), self.root_limit);
         if handle.is_none() {
             self.drops.full.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = parent.filter(|p| p.comm == id) {
+                self.lost_child(p);
+            }
         }
         handle
+    }
+
+    /// A child of `parent` was dropped: its times can no longer be complete. Marks the parent's
+    /// window for this epoch, or the consumer's held operations when that window was processed.
+    #[cold]
+    fn lost_child(&self, parent: Handle) {
+        let unprocessed = self.windows.get(usize::from(parent.window)).is_some_and(|w| {
+            matches!(w.state(), WindowState::Filling | WindowState::Closing) && self.epoch_matches(parent)
+        });
+        match self.lost.get(usize::from(parent.window)) {
+            Some(lost) if unprocessed => lost.store(LOST | parent.epoch, Ordering::Relaxed),
+            _ => self.lost_held.store(true, Ordering::Relaxed),
+        }
     }
 
     /// Records a state or stop of the event `handle` into its window; counted as late when that
@@ -68,19 +83,28 @@ impl Comm {
             self.drops.late.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let window = self.windows.get(usize::from(handle.window));
-        if window
-            .and_then(|w| {
-                w.push(|_| Record {
-                    id: handle.encode(),
-                    ts,
-                    body,
-                })
+        self.write(handle, ts, body);
+    }
+
+    /// The write behind [`Comm::append`], once the epoch matched. The window can still cycle
+    /// before the claim: then the slot of the new cycle gets a filler (the consumer skips it) and
+    /// the record is counted late.
+    #[inline]
+    pub(super) fn write(&self, handle: Handle, ts: u64, body: Body) {
+        let id = handle.encode();
+        let current = |epoch: u32| epoch & EPOCH_MASK == handle.epoch;
+        let pushed = self.windows.get(usize::from(handle.window)).and_then(|w| {
+            w.push(|c| Record {
+                id: if current(c.epoch) { id } else { 0 },
+                ts,
+                body,
             })
-            .is_none()
-        {
-            self.drops.full.fetch_add(1, Ordering::Relaxed);
-        }
+        });
+        match pushed {
+            None => self.drops.full.fetch_add(1, Ordering::Relaxed),
+            Some(c) if !current(c.epoch) => self.drops.late.fetch_add(1, Ordering::Relaxed),
+            Some(_) => return,
+        };
     }
 
     fn epoch_matches(&self, h: Handle) -> bool {

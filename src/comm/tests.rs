@@ -1,6 +1,6 @@
 //! Unit tests of the producer and consumer rules on one communicator outside the registry:
 //! routing of roots, children, states and stops; the admission cap that keeps room for stops;
-//! spilled windows and orphans; late stops. The consumer is driven with synthetic times.
+//! children linked across windows; late stops. The consumer is driven with synthetic times.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 use std::time::{Duration, Instant};
@@ -53,6 +53,7 @@ fn proxy_op(comm: &Comm, parent: Handle) -> Option<Handle> {
         rank: 0,
         peer: 1,
         channel: 0,
+        send: true,
     });
     comm.start(ID, Kind::ProxyOp, Some(parent), 0, body)
         .and_then(Handle::decode)
@@ -61,6 +62,11 @@ fn proxy_op(comm: &Comm, parent: Handle) -> Option<Handle> {
 /// Polls at `t0 + at`; the summaries of the windows processed then.
 fn poll(comm: &Comm, t0: Instant, at: Duration) -> Vec<WindowSummary> {
     comm.poll(t0 + at, 1.0)
+}
+
+/// Whether no window was processed (operations released from the table aside).
+fn no_window(summaries: Vec<WindowSummary>) -> bool {
+    summaries.iter().all(|s| s.stats.windows == 0)
 }
 
 #[test]
@@ -85,13 +91,31 @@ fn roots_go_to_the_current_window_children_and_stops_to_their_parents() {
         comm: CommId { slot: 9, generation: 1 },
         ..c
     };
-    assert_eq!(proxy_op(&comm, foreign).unwrap().window, 1);
+    let stray = proxy_op(&comm, foreign).unwrap();
+    assert_eq!(stray.window, 1);
+    comm.append(stray, 25, Body::Stop);
 
     let done = poll(&comm, t0, INTERVAL + SETTLE);
     assert_eq!(done.len(), 1, "window 0 settled: every event it holds stopped");
-    let ops = &done[0].colls[0].ops;
-    assert_eq!((ops.len(), ops[0].duration), (1, Some(10.0)), "start 10 → op stop 20");
     assert_eq!(done[0].stats.orphans, 0);
+    assert!(
+        done[0].colls.is_empty(),
+        "held until window 1, filling meanwhile, is processed"
+    );
+    comm.append(later, 31, Body::Stop);
+    assert!(no_window(poll(&comm, t0, 2 * INTERVAL)));
+    let released = poll(&comm, t0, 2 * INTERVAL + SETTLE);
+    assert_eq!(released.len(), 1, "window 1, and what window 0 held");
+    let ops: Vec<_> = released[0].colls[0].ops.iter().map(|o| o.duration).collect();
+    assert_eq!(
+        ops,
+        [Some(10.0)],
+        "start 10 → op stop 20; the later one is held in turn"
+    );
+    assert_eq!(
+        released[0].stats.orphans, 1,
+        "the child of another communicator's parent"
+    );
     assert_eq!(comm.drop_counts(), Default::default());
 }
 
@@ -118,7 +142,7 @@ fn new_events_leave_room_for_the_stops_of_those_already_in() {
 }
 
 #[test]
-fn a_child_that_cannot_join_its_full_parent_window_spills_and_is_an_orphan_elsewhere() {
+fn a_child_that_cannot_join_its_full_parent_window_is_linked_from_the_current_one() {
     let (comm, t0) = live(8);
     let c = coll(&comm, 0).unwrap();
     comm.append(c, 1, Body::Stop);
@@ -133,24 +157,86 @@ fn a_child_that_cannot_join_its_full_parent_window_spills_and_is_an_orphan_elsew
         spilled.window, 1,
         "window 0 is full: the child goes to the current window"
     );
-    comm.append(spilled, 6, Body::Stop);
+    comm.append(spilled, 60, Body::Stop);
     assert_eq!(comm.drop_counts().full, 0);
 
     let first = poll(&comm, t0, INTERVAL + SETTLE);
     assert_eq!(first.len(), 1);
-    assert!(first[0].stats.spilled, "window 0 is marked spilled");
-    assert_eq!(
-        first[0].colls[0].ops[0].duration, None,
-        "its durations are withheld, not short"
-    );
-    // The spill flag belongs to that window's cycle only.
-    let next = coll(&comm, 50).unwrap();
-    comm.append(next, 51, Body::Stop);
-    assert!(poll(&comm, t0, 2 * INTERVAL).is_empty(), "window 1 closes");
+    assert!(first[0].colls.is_empty(), "the collective is held for late children");
+    assert!(no_window(poll(&comm, t0, 2 * INTERVAL)), "window 1 closes");
     let second = poll(&comm, t0, 2 * INTERVAL + SETTLE);
     assert_eq!(second.len(), 1);
-    assert!(!second[0].stats.spilled);
-    assert_eq!(second[0].stats.orphans, 1, "the spilled child is an orphan in window 1");
+    assert_eq!(second[0].stats.orphans, 0, "the spilled child found its collective");
+    let ops = &second[0].colls[0].ops;
+    assert_eq!(ops[0].duration, Some(60.0), "start 0 → the spilled op's stop at 60");
+}
+
+/// A stop whose window cycled between the epoch check and the claim lands in the new cycle's
+/// slot as a filler and is counted late, not recorded under the new cycle.
+#[test]
+fn a_stop_racing_its_window_cycle_is_counted_late() {
+    let (comm, t0) = live(64);
+    let c = coll(&comm, 0).unwrap();
+    comm.append(c, 1, Body::Stop);
+    // Four windows later window 0 fills again, in a new epoch.
+    for k in 1..=4 {
+        let at = INTERVAL * k;
+        assert!(no_window(poll(&comm, t0, at)));
+        assert_eq!(
+            poll(&comm, t0, at + SETTLE)
+                .iter()
+                .map(|s| s.stats.windows)
+                .sum::<u64>(),
+            1
+        );
+        if k < 4 {
+            let r = coll(&comm, 10 * u64::from(k)).unwrap();
+            comm.append(r, 10 * u64::from(k) + 1, Body::Stop);
+        }
+    }
+    let reopened = coll(&comm, 50).unwrap();
+    assert_eq!(reopened.window, 0);
+    assert_ne!(reopened.epoch, c.epoch);
+    // The write behind `append` after its epoch check passed for `c`.
+    comm.write(c, 9, Body::Stop);
+    assert_eq!(comm.drop_counts().late, 1);
+    comm.append(reopened, 51, Body::Stop);
+    let done = comm.finalize(ID, 1.0).unwrap();
+    let records: u64 = done.iter().map(|s| s.stats.records).sum();
+    assert_eq!(records, 2, "the reopened window holds a start and a stop; no filler");
+}
+
+/// A child dropped for lack of room withholds the times of its parent's window in that epoch
+/// only: the window's next cycle reports its own operations in full.
+#[test]
+fn a_lost_child_withholds_its_own_window_cycle_only() {
+    let (comm, t0) = live(8);
+    let c = coll(&comm, 0).unwrap();
+    comm.append(c, 1, Body::Stop);
+    for _ in 0..3 {
+        let op = proxy_op(&comm, c).unwrap();
+        comm.append(op, 5, Body::Stop);
+    }
+    // Windows 0 (the parent's) and the current one are the same, and full.
+    assert!(proxy_op(&comm, c).is_none());
+    assert_eq!(comm.drop_counts().full, 1);
+    let mut ops = Vec::new();
+    for k in 1..=4 {
+        let at = INTERVAL * k;
+        assert!(no_window(poll(&comm, t0, at)));
+        for s in poll(&comm, t0, at + SETTLE) {
+            ops.extend(s.colls.iter().flat_map(|g| g.ops.iter().map(|o| o.duration)));
+        }
+        let r = coll(&comm, 100 * u64::from(k)).unwrap();
+        comm.append(r, 100 * u64::from(k) + 1, Body::Stop);
+        let op = proxy_op(&comm, r).unwrap();
+        comm.append(op, 100 * u64::from(k) + 7, Body::Stop);
+    }
+    for s in comm.finalize(ID, 1.0).unwrap() {
+        ops.extend(s.colls.iter().flat_map(|g| g.ops.iter().map(|o| o.duration)));
+    }
+    assert_eq!(ops[0], None, "the collective whose child was lost: withheld, not short");
+    assert_eq!(ops[1..], [Some(7.0); 4], "later cycles, window 0's next one included");
 }
 
 #[test]

@@ -9,7 +9,7 @@ pub const ENABLE: &str = "NCCL_PROFILER_OTEL_ENABLE";
 pub const TELEMETRY_ENABLE: &str = "NCCL_PROFILER_OTEL_TELEMETRY_ENABLE";
 /// Seconds between telemetry wake-ups (decimal allowed).
 pub const TELEMETRY_INTERVAL_SEC: &str = "NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC";
-/// Which per-size transfer time the bandwidth/latency fit uses: `AVG` or `MIN`.
+/// Which transfer times the bandwidth/latency fit uses: `AVG` (all) or `MIN` (a low percentile per size).
 pub const LINEAR_REGRESSION_MODE: &str = "NCCL_PROFILER_LINEAR_REGRESSION_MODE";
 /// Event bits (spec 2.2) stored into NCCL's activation mask.
 pub const EVENT_MASK: &str = "NCCL_PROFILE_EVENT_MASK";

@@ -4,9 +4,11 @@
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
+use opentelemetry::metrics::{AsyncInstrument, Counter, Histogram, Meter, ObservableGauge};
+use parking_lot::Mutex;
 
 use crate::aggregate::{OpSample, Transfer};
 
@@ -27,6 +29,11 @@ pub const DURATION_BOUNDS: [f64; 22] = [
     5.0, 10.0,
 ];
 
+/// Histogram bounds for bandwidths (`By/s`): 1, 2, 5 per decade from 1 MB/s to 5 TB/s.
+pub const BANDWIDTH_BOUNDS: [f64; 21] = [
+    1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 2e9, 5e9, 1e10, 2e10, 5e10, 1e11, 2e11, 5e11, 1e12, 2e12, 5e12,
+];
+
 /// Histogram bounds for transfers per operation: powers of two from 1 to 65536.
 pub const COUNT_BOUNDS: [f64; 17] = {
     let mut b = [0.0; 17];
@@ -45,6 +52,11 @@ pub const COUNT_BOUNDS: [f64; 17] = {
 pub(super) struct OpInstruments {
     pub(super) bytes: Histogram<f64>,
     pub(super) duration: Histogram<f64>,
+    pub(super) kernel_duration: Histogram<f64>,
+    pub(super) algbw: Histogram<f64>,
+    pub(super) busbw: Histogram<f64>,
+    pub(super) kernel_algbw: Histogram<f64>,
+    pub(super) kernel_busbw: Histogram<f64>,
     pub(super) transfers: Histogram<u64>,
     pub(super) transfer_size: Histogram<f64>,
     pub(super) transfer_duration: Histogram<f64>,
@@ -57,15 +69,50 @@ impl OpInstruments {
                 meter,
                 format!("{prefix}.bytes"),
                 "By",
-                format!("Bytes of each {what} (count × datatype size)"),
+                format!("Size of each {what} as nccl-tests reports it"),
                 &SIZE_BOUNDS,
             ),
             duration: histogram(
                 meter,
                 format!("{prefix}.duration"),
                 "s",
-                format!("Duration of each {what}, start to last proxy op stop"),
+                format!("Host time of each {what}: enqueue to the last network proxy op stop, either direction"),
                 &DURATION_BOUNDS,
+            ),
+            kernel_duration: histogram(
+                meter,
+                format!("{prefix}.kernel.duration"),
+                "s",
+                format!("GPU time of each {what}: first kernel channel start to last channel stop"),
+                &DURATION_BOUNDS,
+            ),
+            algbw: histogram(
+                meter,
+                format!("{prefix}.algbw"),
+                "By/s",
+                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its host time"),
+                &BANDWIDTH_BOUNDS,
+            ),
+            busbw: histogram(
+                meter,
+                format!("{prefix}.busbw"),
+                "By/s",
+                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its host time"),
+                &BANDWIDTH_BOUNDS,
+            ),
+            kernel_algbw: histogram(
+                meter,
+                format!("{prefix}.kernel.algbw"),
+                "By/s",
+                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its GPU time"),
+                &BANDWIDTH_BOUNDS,
+            ),
+            kernel_busbw: histogram(
+                meter,
+                format!("{prefix}.kernel.busbw"),
+                "By/s",
+                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its GPU time"),
+                &BANDWIDTH_BOUNDS,
             ),
             transfers: meter
                 .u64_histogram(format!("{prefix}.transfers"))
@@ -91,8 +138,9 @@ impl OpInstruments {
     }
 
     /// Bound once per group: the attribute lookup is paid per call, not per measurement. Only
-    /// instruments that get a value are bound (binding alone creates the series).
-    pub(super) fn record(&self, ops: &[OpSample], transfers: &[Transfer], attrs: &[KeyValue]) {
+    /// instruments that get a value are bound (binding alone creates the series). `bus_factor`
+    /// turns algorithm into bus bandwidth ([`crate::aggregate::bandwidth::bus_factor`]).
+    pub(super) fn record(&self, ops: &[OpSample], transfers: &[Transfer], bus_factor: f64, attrs: &[KeyValue]) {
         if !ops.is_empty() {
             let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
             for op in ops {
@@ -100,9 +148,25 @@ impl OpInstruments {
                 count.record(u64::from(op.transfers));
             }
         }
-        if ops.iter().any(|op| op.duration.is_some()) {
-            let duration = self.duration.bind(attrs);
-            ops.iter().filter_map(|op| op.duration).for_each(|d| duration.record(d));
+        let clocks = [
+            (false, &self.duration, &self.algbw, &self.busbw),
+            (true, &self.kernel_duration, &self.kernel_algbw, &self.kernel_busbw),
+        ];
+        for (gpu, duration, algbw, busbw) in clocks {
+            let time_of = |o: &OpSample| if gpu { o.gpu } else { o.duration };
+            if !ops.iter().any(|o| time_of(o).is_some()) {
+                continue;
+            }
+            let (duration, algbw, busbw) = (duration.bind(attrs), algbw.bind(attrs), busbw.bind(attrs));
+            for (op, secs) in ops.iter().filter_map(|o| Some((o, time_of(o)?))) {
+                duration.record(secs);
+                // A zero time (clock granularity) has no bandwidth.
+                if secs > 0.0 {
+                    let alg = op.bytes as f64 / secs;
+                    algbw.record(alg);
+                    busbw.record(alg * bus_factor);
+                }
+            }
         }
         if !transfers.is_empty() {
             let (size, secs) = (self.transfer_size.bind(attrs), self.transfer_duration.bind(attrs));
@@ -113,10 +177,44 @@ impl OpInstruments {
         }
     }
 
-    /// Measurements [`OpInstruments::record`] makes.
+    /// Measurements [`OpInstruments::record`] makes (at most).
     pub(super) fn measurements(ops: &[OpSample], transfers: &[Transfer]) -> u64 {
-        let durations = ops.iter().filter(|o| o.duration.is_some()).count();
-        (2 * ops.len() + durations + 2 * transfers.len()) as u64
+        let timed = ops
+            .iter()
+            .map(|o| u64::from(o.duration.is_some()) + u64::from(o.gpu.is_some()));
+        2 * ops.len() as u64 + 3 * timed.sum::<u64>() + 2 * transfers.len() as u64
+    }
+}
+
+/// The values a [`Fresh`] gauge reports at the next collection, with their attributes.
+type Values<T> = Arc<Mutex<Vec<(Vec<KeyValue>, T)>>>;
+
+/// A gauge that reports only the values measured in the current interval: an observable gauge
+/// (the SDK reports those as delta, so a series absent from the last callback is absent from the
+/// export) whose callback reads what [`Fresh::record`] stored since the last [`Fresh::clear`].
+pub(super) struct Fresh<T> {
+    values: Values<T>,
+    _gauge: ObservableGauge<T>,
+}
+
+impl<T: Copy + Send + Sync + 'static> Fresh<T> {
+    /// Stores `value` for the next collection.
+    pub(super) fn record(&self, value: T, attrs: &[KeyValue]) {
+        self.values.lock().push((attrs.to_vec(), value));
+    }
+
+    /// Forgets the previous interval's values.
+    pub(super) fn clear(&self) {
+        self.values.lock().clear();
+    }
+
+    fn callback(values: &Values<T>) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {
+        let values = values.clone();
+        move |observer| {
+            for (attrs, value) in values.lock().iter() {
+                observer.observe(*value, attrs);
+            }
+        }
     }
 }
 
@@ -124,13 +222,13 @@ pub(super) struct Instruments {
     pub(super) coll: OpInstruments,
     pub(super) p2p: OpInstruments,
     pub(super) link_bytes: Counter<u64>,
-    pub(super) link_latency: Gauge<f64>,
-    pub(super) link_bandwidth: Gauge<f64>,
-    pub(super) link_r2: Gauge<f64>,
-    pub(super) link_samples: Gauge<u64>,
+    pub(super) link_latency: Fresh<f64>,
+    pub(super) link_bandwidth: Fresh<f64>,
+    pub(super) link_r2: Fresh<f64>,
+    pub(super) link_samples: Fresh<u64>,
     pub(super) channel_transfer_size: Histogram<f64>,
     pub(super) channel_transfer_duration: Histogram<f64>,
-    pub(super) channel_latency: Gauge<f64>,
+    pub(super) channel_latency: Fresh<f64>,
     pub(super) events_recorded: Counter<u64>,
     pub(super) events_dropped: Counter<u64>,
     pub(super) events_rejected: Counter<u64>,
@@ -171,12 +269,15 @@ fn histogram(
         .build()
 }
 
-fn gauge(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Gauge<f64> {
-    meter
-        .f64_gauge(name)
+fn gauge(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Fresh<f64> {
+    let values = Arc::default();
+    let gauge = meter
+        .f64_observable_gauge(name)
         .with_unit(unit)
         .with_description(description)
-        .build()
+        .with_callback(Fresh::callback(&values))
+        .build();
+    Fresh { values, _gauge: gauge }
 }
 
 impl Instruments {
@@ -209,11 +310,16 @@ impl Instruments {
                 "1",
                 "Coefficient of determination of the link's fit",
             ),
-            link_samples: meter
-                .u64_gauge("nccl.link.samples")
-                .with_unit("{transfer}")
-                .with_description("Transfers of the link in the interval's fit")
-                .build(),
+            link_samples: {
+                let values = Arc::default();
+                let gauge = meter
+                    .u64_observable_gauge("nccl.link.samples")
+                    .with_unit("{transfer}")
+                    .with_description("Transfers of the link in the interval's fit")
+                    .with_callback(Fresh::callback(&values))
+                    .build();
+                Fresh { values, _gauge: gauge }
+            },
             channel_transfer_size: histogram(
                 meter,
                 "nccl.channel.transfer.size",
@@ -256,7 +362,7 @@ impl Instruments {
                 meter,
                 "nccl.profiler.events.declined",
                 "{event}",
-                "Events not recorded by design (receive side, ProxyCtrl, children of declined events)",
+                "Events not recorded by design (P2P receives, receive steps, ProxyCtrl, children of declined events)",
             ),
             events_unfinished: counter(
                 meter,
@@ -268,7 +374,7 @@ impl Instruments {
                 meter,
                 "nccl.profiler.events.orphaned",
                 "{event}",
-                "Child events whose parent was not in their window",
+                "Child events whose parent was neither in their window nor found in time across windows",
             ),
             pxn_ops: counter(
                 meter,
@@ -339,6 +445,7 @@ mod tests {
         assert!(SIZE_BOUNDS.windows(2).all(|w| w[1] == 2.0 * w[0]));
         assert_eq!((DURATION_BOUNDS[0], DURATION_BOUNDS[21]), (1e-6, 10.0));
         assert!(DURATION_BOUNDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(BANDWIDTH_BOUNDS.windows(2).all(|w| w[0] < w[1]));
         assert_eq!((COUNT_BOUNDS[0], COUNT_BOUNDS[16]), (1.0, 65536.0));
     }
 }

@@ -19,9 +19,11 @@ use super::catalogue::{Instruments, OpInstruments};
 use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
 use super::resource::resource;
 use super::{queue, sdk_temporality};
+use crate::aggregate::bandwidth::{bus_factor, size_class_name};
 use crate::aggregate::regression::{Mode, Samples};
 use crate::aggregate::{CommMeta, WindowSummary};
 use crate::config::{self, Exporter, Temporality};
+use crate::record::Func;
 use crate::telemetry::{self, DropCounts, SelfTelemetry};
 
 /// A [`ManualReader`] the provider and the [`Pipeline`] share: the provider registers it, the
@@ -157,7 +159,7 @@ impl Pipeline {
         i.events_recorded.add(s.stats.records, &comm);
         i.events_unfinished.add(s.stats.unfinished, &comm);
         i.events_orphaned.add(s.stats.orphans, &comm);
-        i.windows_processed.add(1, &comm);
+        i.windows_processed.add(s.stats.windows, &comm);
         i.windows_forced.add(u64::from(s.stats.forced), &comm);
 
         for g in &s.colls {
@@ -167,10 +169,12 @@ impl Pipeline {
                 KeyValue::new("nccl.algo", g.key.algo.as_str()),
                 KeyValue::new("nccl.proto", g.key.proto.as_str()),
                 KeyValue::new("nccl.datatype", g.key.datatype.as_str()),
+                KeyValue::new("nccl.size_class", size_class_name(g.key.size_class)),
             ]);
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
-            self.inst.coll.record(&g.ops, &g.transfers, &attrs);
+            let factor = bus_factor(g.key.func, s.comm.nranks);
+            self.inst.coll.record(&g.ops, &g.transfers, factor, &attrs);
         }
         for g in &s.p2ps {
             let mut attrs = base.clone();
@@ -178,10 +182,13 @@ impl Pipeline {
                 KeyValue::new("nccl.func", "Send"),
                 KeyValue::new("nccl.peer", i64::from(g.peer)),
                 KeyValue::new("nccl.datatype", g.datatype.as_str()),
+                KeyValue::new("nccl.size_class", size_class_name(g.size_class)),
             ]);
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
-            self.inst.p2p.record(&g.ops, &g.transfers, &attrs);
+            self.inst
+                .p2p
+                .record(&g.ops, &g.transfers, bus_factor(Func::Send, s.comm.nranks), &attrs);
         }
         for l in &s.links {
             let key = link_attrs(&s.comm, l.rank, l.peer);
@@ -207,6 +214,11 @@ impl Pipeline {
     /// Fits the interval's samples into the gauges, adds the self-telemetry counters and logs
     /// the export state (at most one line per interval).
     fn end_interval(&mut self, own: &SelfTelemetry) {
+        let i = &self.inst;
+        for fresh in [&i.link_latency, &i.link_bandwidth, &i.link_r2, &i.channel_latency] {
+            fresh.clear();
+        }
+        i.link_samples.clear();
         for (attrs, samples) in std::mem::take(&mut self.links) {
             if !self.limiter.admit(Family::Link, &attrs) {
                 self.overflow(Family::Link, 1);
@@ -396,4 +408,85 @@ fn link_attrs(meta: &CommMeta, rank: i32, peer: i32) -> Vec<KeyValue> {
         KeyValue::new("nccl.nranks", i64::from(meta.nranks)),
         KeyValue::new("nccl.peer", i64::from(peer)),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{LinkGroup, WindowStats};
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+
+    fn summary(links: Vec<LinkGroup>) -> WindowSummary {
+        WindowSummary {
+            comm: CommMeta {
+                hash: 0x51a1e,
+                name: "gauges".into(),
+                rank: 0,
+                nranks: 2,
+                nnodes: 2,
+            },
+            colls: Vec::new(),
+            p2ps: Vec::new(),
+            links,
+            channels: Vec::new(),
+            stats: WindowStats::default(),
+        }
+    }
+
+    /// Points of the gauge `name` in one collection.
+    fn gauge_points(p: &mut Pipeline, name: &str) -> usize {
+        let mut rm = ResourceMetrics::default();
+        p.reader.collect(&mut rm).expect("collect");
+        let m = rm.scope_metrics().flat_map(|s| s.metrics()).find(|m| m.name() == name);
+        match m.map(|m| m.data()) {
+            Some(AggregatedMetrics::F64(MetricData::Gauge(g))) => g.data_points().count(),
+            Some(AggregatedMetrics::U64(MetricData::Gauge(g))) => g.data_points().count(),
+            _ => 0,
+        }
+    }
+
+    /// A link with a fit in one interval and no transfers in the next has no gauge values in
+    /// the next export (cumulative temporality, where the SDK's synchronous gauges keep the last
+    /// value forever).
+    #[test]
+    fn a_gauge_reports_only_what_its_interval_measured() {
+        let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
+        assert_eq!(config.export.temporality, Temporality::Cumulative);
+        let now = Instant::now();
+        let mut p = Pipeline::new(&config, now).expect("export on");
+        let mut samples = Samples::default();
+        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
+            samples.push(bytes, secs);
+        }
+        let link = LinkGroup {
+            rank: 0,
+            peer: 1,
+            bytes: 7168,
+            samples,
+        };
+        let own = SelfTelemetry {
+            stats: crate::stats::STATS.snapshot(),
+            windows_dropped: 0,
+            comms: Vec::new(),
+        };
+        p.record(&summary(vec![link]));
+        p.end_interval(&own);
+        const GAUGES: [&str; 4] = [
+            "nccl.link.latency",
+            "nccl.link.bandwidth",
+            "nccl.link.r2",
+            "nccl.link.samples",
+        ];
+        for name in GAUGES {
+            assert_eq!(gauge_points(&mut p, name), 1, "{name} in the interval with a fit");
+        }
+        p.end_interval(&own);
+        for name in GAUGES {
+            assert_eq!(
+                gauge_points(&mut p, name),
+                0,
+                "{name} in the interval without transfers"
+            );
+        }
+    }
 }

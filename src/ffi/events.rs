@@ -12,7 +12,8 @@ use super::guard::{Owner, guarded};
 use crate::abi::{Descriptor, StateArgs};
 use crate::bindings::{
     ncclProfileColl, ncclProfileGroup, ncclProfileKernelCh, ncclProfileP2p, ncclProfileProxyOp, ncclProfileProxyStep,
-    ncclProfilerEventState_t, ncclProfilerKernelChStop, ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclProfilerEventState_t, ncclProfilerKernelChStop, ncclProfilerProxyOpInProgress_v4,
+    ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
 use crate::comm::{self, Comm};
@@ -125,24 +126,22 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     None
 }
 
-/// A ProxyOp start. Receive ops are declined (they would only distort send-side figures, and
-/// non-NET receive ops are never stopped). A PXN op (pid not ours) carries another process's
-/// context and parent: neither is decoded as ours; the op is attributed to our communicator
-/// with the same hash, under the originating rank.
+/// A ProxyOp start. A receive op is recorded only under one of our Coll/P2p (a collective ends
+/// when its last op of either direction stops), as kind [`Kind::RecvOp`] so its steps are
+/// declined by their parent's kind alone. A PXN op (pid not ours) carries another process's
+/// context and parent: neither is decoded as ours; a send is attributed to our communicator with
+/// the same hash, under the originating rank; a receive is declined.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
-    if !op.is_send {
-        STATS.declined.incr();
-        return None;
-    }
-    let (id, comm, parent) = if op.pid == OWN_PID.load(Ordering::Relaxed) {
+    let own = op.pid == OWN_PID.load(Ordering::Relaxed);
+    let (id, comm, parent) = if own {
         let (id, comm) = local(owner, context)?;
         (
             id,
             comm,
             own_parent(d.parent(), &[Kind::Coll, Kind::P2p]).filter(|p| p.comm == id),
         )
-    } else {
+    } else if op.is_send {
         // Only the hash bits of a foreign context are used, never its slot or generation.
         let Some((id, comm)) = Context::decode(context).and_then(|c| comm::find_by_hash_tag(c.hash_tag)) else {
             STATS.foreign_unmatched.incr();
@@ -151,14 +150,23 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         STATS.foreign_ops.incr();
         owner.set(Some((id, comm)));
         (id, comm, None)
+    } else {
+        STATS.declined.incr();
+        return None;
     };
+    if !op.is_send && parent.is_none() {
+        STATS.declined.incr();
+        return None;
+    }
     let body = Body::ProxyOp(ProxyOpStart {
         parent: parent.map_or(0, Handle::encode),
         rank: op.rank,
         peer: op.peer,
         channel: op.channel,
+        send: op.is_send,
     });
-    comm.start(id, Kind::ProxyOp, parent, UNTIMED, body)
+    let kind = if op.is_send { Kind::ProxyOp } else { Kind::RecvOp };
+    comm.start(id, kind, parent, UNTIMED, body)
 }
 
 /// Our live communicator behind a context (slot, generation and hash tag all match); counted as
@@ -207,7 +215,8 @@ fn event(owner: &Owner, handle: *mut c_void) -> Option<(Handle, &'static Comm)> 
 pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t {
     // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
     // clock before anything else so the time is the callback's.
-    let timed = Handle::decode(handle as u64).is_some_and(|h| matches!(h.kind, Kind::ProxyOp | Kind::ProxyStep));
+    let timed =
+        Handle::decode(handle as u64).is_some_and(|h| matches!(h.kind, Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
         if let Some((h, comm)) = event(owner, handle).filter(|(h, _)| h.kind != Kind::Group) {
@@ -216,8 +225,9 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
     })
 }
 
-/// States we record: SendWait (bytes of a send step) and KernelChStop (GPU stop time). Other
-/// states NCCL defines for the event's type are ignored; unknown ones are counted.
+/// States we record: SendWait (bytes of a send step), KernelChStop (GPU stop time) and a receive
+/// op's InProgress (it will stop). Other states NCCL defines for the event's type are ignored;
+/// unknown ones are counted.
 pub(super) fn record_event_state<A: StateArgs>(
     owner: &Owner,
     handle: *mut c_void,
@@ -233,8 +243,9 @@ pub(super) fn record_event_state<A: StateArgs>(
         (Kind::KernelCh, s) if s == ncclProfilerKernelChStop => {
             args.map(|a| Body::KernelChStop { gpu_stop: a.p_timer() })
         }
+        (Kind::RecvOp, s) if s == ncclProfilerProxyOpInProgress_v4 => Some(Body::InProgress),
         // ProxyStep send/receive states 8–12 and 20; ProxyOp legacy states 0–7 and InProgress (19).
-        (Kind::ProxyStep, 8..=12 | 20) | (Kind::ProxyOp, 0..=7 | 19) => return,
+        (Kind::ProxyStep, 8..=12 | 20) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7) => return,
         _ => {
             STATS.unknown_states.incr();
             return;

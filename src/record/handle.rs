@@ -8,7 +8,7 @@
 //! | bits  | field          |
 //! |-------|----------------|
 //! | 0–20  | record slot    |
-//! | 21–23 | kind (1–6)     |
+//! | 21–23 | kind (1–7)     |
 //! | 24–35 | window epoch (low 12 bits) |
 //! | 36–37 | window index   |
 //! | 38–49 | comm generation (1–4095) |
@@ -51,6 +51,8 @@ pub enum Kind {
     ProxyStep = 5,
     /// Kernel channel.
     KernelCh = 6,
+    /// Receive proxy operation of one of our collectives (its steps are declined).
+    RecvOp = 7,
 }
 
 impl Kind {
@@ -62,6 +64,7 @@ impl Kind {
             4 => Kind::ProxyOp,
             5 => Kind::ProxyStep,
             6 => Kind::KernelCh,
+            7 => Kind::RecvOp,
             _ => return None,
         })
     }
@@ -179,7 +182,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kind(i: u8) -> Kind {
-        Kind::from_bits(u64::from(i % 6 + 1)).unwrap()
+        Kind::from_bits(u64::from(i % 7 + 1)).unwrap()
     }
 
     proptest! {

@@ -42,17 +42,22 @@ pub struct P2pStart {
     pub datatype: Datatype,
 }
 
-/// Start of a network send proxy operation (`ProxyOp` event with `isSend`).
+/// Start of a proxy operation (`ProxyOp` event): a network send, or a receive of one of our
+/// collectives (handle kind [`handle::Kind::RecvOp`]; its steps are declined).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProxyOpStart {
     /// Handle of the Coll/P2p this op serves; 0 when NULL or foreign (PXN).
     pub parent: u64,
     /// Rank that created the op: ours, or the originator's for a PXN op.
     pub rank: i32,
-    /// Remote rank the data goes to.
+    /// Remote rank the data goes to (send) or comes from (receive).
     pub peer: i32,
     /// Channel.
     pub channel: u8,
+    /// `isSend`: a network send. Receive ops (`isSend` 0) include CollNet and copy-engine proxy
+    /// ops that NCCL never progresses nor stops (spec 3.6): only [`Body::InProgress`] tells a
+    /// network receive that will stop.
+    pub send: bool,
 }
 
 /// What one record says about its event.
@@ -62,7 +67,7 @@ pub enum Body {
     Coll(CollStart),
     /// A point-to-point send started.
     P2p(P2pStart),
-    /// A send proxy operation started.
+    /// A proxy operation started.
     ProxyOp(ProxyOpStart),
     /// A send proxy step (one network transfer) started under the ProxyOp handle `parent`.
     ProxyStep {
@@ -85,6 +90,8 @@ pub enum Body {
         /// Bytes handed to the network (`transSize`).
         bytes: u64,
     },
+    /// `ProxyOpInProgress` of a receive op: NCCL progresses it, so it will stop.
+    InProgress,
     /// `KernelChStop`: the channel finished on the GPU.
     KernelChStop {
         /// GPU stop time (`%globaltimer`, ns).
@@ -110,7 +117,7 @@ pub struct Record {
     /// Handle of the event this record is about.
     pub id: u64,
     /// CPU time of the callback, in [`crate::clock`] ticks; 0 where nothing uses it (only
-    /// Coll/P2p starts, SendWait, and ProxyOp/ProxyStep stops are timed).
+    /// Coll/P2p starts, SendWait, and ProxyOp (both directions)/ProxyStep stops are timed).
     pub ts: u64,
     /// Payload.
     pub body: Body,

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use super::inbox::{self, Inbox};
 use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, sink};
-use crate::config::Config;
 use crate::stats::STATS;
 use crate::{clock, comm};
 
@@ -40,7 +39,6 @@ pub fn running() -> bool {
 /// Called on: NCCL's init thread.
 pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
     *THREAD.get_or_init(|| {
-        let config = Config::global();
         OWNER.store(std::process::id(), Ordering::Relaxed);
         let pipeline = backend().map(|b| {
             sink::add_sink(Arc::new(Inbox));
@@ -49,7 +47,7 @@ pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
         });
         let spawned = std::thread::Builder::new()
             .name("nccl-otel-telemetry".into())
-            .spawn(move || run(config, pipeline));
+            .spawn(move || run(pipeline));
         if let Err(e) = &spawned {
             tracing::warn!("cannot start the telemetry thread ({e}); windows are processed at finalize only");
         }
@@ -59,7 +57,7 @@ pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
 
 /// The thread's loop: wait a tick (or a flush request), poll, export. A panic in one pass is
 /// counted and the loop goes on.
-fn run(config: &'static Config, build: Option<BuildPipeline>) {
+fn run(build: Option<BuildPipeline>) {
     let mut pipeline = build.and_then(|build| build(Instant::now()));
     loop {
         let request = flush::next_request(TICK);
@@ -68,7 +66,7 @@ fn run(config: &'static Config, build: Option<BuildPipeline>) {
             let now = Instant::now();
             poll_all(now);
             if request.is_some_and(|r| r.drain_live) {
-                drain_live(now, config.interval);
+                drain_live();
             }
             let mut summaries = inbox::take();
             let summaries = summaries.make_contiguous();
@@ -93,14 +91,13 @@ fn poll_all(now: Instant) {
     }
 }
 
-/// Processes every window of the live communicators that holds records, as if the interval and
-/// then the grace period were over: the current window closes, and closing windows are processed
-/// with their open events counted unfinished. For the exit flush only: afterwards the windows'
-/// clocks run ahead, so their time trigger fires late.
-fn drain_live(now: Instant, interval: Duration) {
-    let close = now + interval + comm::SETTLE;
-    poll_all(close);
-    poll_all(close + interval + comm::SETTLE);
+/// Processes every window of the live communicators that holds records, and every operation
+/// they still hold, with open events counted unfinished. For the exit flush only.
+fn drain_live() {
+    let secs_per_tick = clock::secs_per_tick();
+    for comm in comm::all() {
+        sink::deliver(&comm.drain(secs_per_tick));
+    }
 }
 
 /// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A

@@ -27,7 +27,7 @@
 //!     // l.configured (latency, bandwidth) vs l.measured() (the emulator's own fit) per (src, dst)
 //! }
 //! for c in &report.collectives {
-//!     // c.func, c.bytes, c.duration() (start → last network send), c.gpu, c.full_duration()
+//!     // c.func, c.bytes, c.duration() (start → last network op stop), c.gpu_duration(), c.full_duration()
 //! }
 //! plugin.close(); // dlclose, as NCCL does after the last finalize
 //! ```

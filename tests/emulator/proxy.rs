@@ -716,7 +716,7 @@ impl<'a> Proxy<'a> {
             }
             op.done = true;
             if !op.plan.pxn {
-                truth.last_send_stop = Some(truth.last_send_stop.map_or(t, |e| e.max(t)));
+                truth.last_op_stop = Some(truth.last_op_stop.map_or(t, |e| e.max(t)));
             }
             truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
         }
@@ -807,6 +807,9 @@ impl<'a> Proxy<'a> {
                 p.stop(op.handle);
             }
             op.done = true;
+            if !op.plan.pxn {
+                truth.last_op_stop = Some(truth.last_op_stop.map_or(t, |e| e.max(t)));
+            }
             truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
         } else if op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
             next.coarse(Instant::now());

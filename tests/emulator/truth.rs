@@ -30,14 +30,16 @@ pub struct CollTruth {
     pub count: u64,
     pub dtype: &'static str,
     pub bytes: u64,
+    /// Ranks in the communicator.
+    pub nranks: i32,
     /// Right before the Coll/P2p `startEvent`.
     pub start: Instant,
     /// How long that `startEvent` call took: the plugin read its clock somewhere inside, so
     /// this bounds how far its start can be from `start`.
     pub start_call: Duration,
-    /// Right before the last `stopEvent` of a local network send ProxyOp of this task (PXN ops
-    /// excluded: another process reports them). `None` without such ops.
-    pub last_send_stop: Option<Instant>,
+    /// Right before the last `stopEvent` of a local network ProxyOp of this task, send or
+    /// receive (PXN ops excluded: another process reports them). `None` without such ops.
+    pub last_op_stop: Option<Instant>,
     /// When the last of its proxy or kernel activity ended (receives included).
     pub end: Option<Instant>,
     /// Earliest KernelCh start and latest KernelCh stop, GPU nanoseconds, when KernelCh ran.
@@ -47,13 +49,23 @@ pub struct CollTruth {
 }
 
 impl CollTruth {
-    /// Start → last local send ProxyOp stop: what the plugin can see of a task with network
-    /// sends. Falls back to the GPU time of its kernel channels without network sends.
+    /// Host time: start → last local network ProxyOp stop of either direction. `None` without
+    /// network ops.
     pub fn duration(&self) -> Option<Duration> {
-        match (self.last_send_stop, self.gpu) {
-            (Some(stop), _) => Some(stop.saturating_duration_since(self.start)),
-            (None, Some((a, b))) => Some(Duration::from_nanos(b.saturating_sub(a))),
-            (None, None) => None,
+        self.last_op_stop.map(|stop| stop.saturating_duration_since(self.start))
+    }
+
+    /// GPU time: earliest KernelCh start → latest KernelCh stop, from the pTimers given.
+    pub fn gpu_duration(&self) -> Option<Duration> {
+        self.gpu.map(|(a, b)| Duration::from_nanos(b.saturating_sub(a)))
+    }
+
+    /// nccl-tests' "size": the whole buffer. The descriptor's count is per rank for AllGather
+    /// (its send count, converted to bytes) and ReduceScatter (its receive count).
+    pub fn test_size(&self) -> u64 {
+        match self.func {
+            Func::AllGather | Func::ReduceScatter => self.bytes * self.nranks as u64,
+            _ => self.bytes,
         }
     }
 

@@ -5,8 +5,9 @@
 //! - `COLLS` AllReduce (RING, SIMPLE, ncclFloat32, 1024 elements = 4096 B), each with one send
 //!   ProxyOp to peer 1 on channel `i % 2` and one step of each size in `COLL_STEPS`;
 //! - `P2PS` sends to peer 2 (ncclFloat64, 256 elements = 2048 B), each with one ProxyOp on channel 2
-//!   and one step of each size in `P2P_STEPS`;
-//! - one AllGather (TREE, LL, ncclInt8, 512 B) without proxy ops (no transfers, no duration);
+//!   and one step of each size in `P2P_STEPS`, and one kernel channel of `P2P_GPU_NS`;
+//! - one AllGather (TREE, LL, ncclInt8, 512 B per rank: 2 KiB in nccl-tests' terms) without
+//!   proxy ops (no transfers, no host time), with one kernel channel of `GATHER_GPU_NS`;
 //! - one stop with a stale handle.
 //!
 //! Every step's SendWait → stop time is spun to `LATENCY + bytes / BANDWIDTH`.
@@ -29,6 +30,8 @@ pub const P2P_STEPS: [u64; 2] = [128 << 10, 512 << 10];
 pub const LATENCY: f64 = 20e-6;
 pub const BANDWIDTH: f64 = 2e9;
 pub const NRANKS: i32 = 4;
+pub const P2P_GPU_NS: u64 = 20_000;
+pub const GATHER_GPU_NS: u64 = 50_000;
 
 /// The communicator the workload ran on.
 #[derive(Clone, Debug)]
@@ -91,20 +94,30 @@ pub fn workload(p: &Plugin, hash: u64, name: &'static str) -> (emulator::Comm, T
             p.send_step(c.context, op, 0, s as i32, bytes, 0, transfer(bytes));
         }
         p.stop(op);
+        kernel_channel(p, &c, send, 2_000_000, P2P_GPU_NS);
     }
     let gather = p.coll(&c, H::NULL, "AllGather", "TREE", "LL", "ncclInt8", 512, 1, 0);
     p.stop(gather);
+    kernel_channel(p, &c, gather, 1_000_000, GATHER_GPU_NS);
     p.stop(H(0x4242 as *mut _));
     let truth = Truth { hash, name, rank: 0 };
     (c, truth)
 }
 
+/// One kernel channel of `parent` on channel 0 that ran `ns` on the GPU from `gpu_start`.
+fn kernel_channel(p: &Plugin, c: &emulator::Comm, parent: H, gpu_start: u64, ns: u64) {
+    let k = p.kernel_ch(c.context, parent, 0, gpu_start);
+    p.state(k, ty::KERNEL_CH_STOP, gpu_start + ns);
+    p.stop(k);
+}
+
 /// Records the workload's callbacks store: per Coll/P2p start + stop, per ProxyOp start + stop,
-/// per step start + SendWait + stop (GPUWait, PeerWait and InProgress are not recorded).
+/// per step start + SendWait + stop, per kernel channel start + KernelChStop + stop (GPUWait,
+/// PeerWait and a send op's InProgress are not recorded).
 pub fn records() -> u64 {
     let coll = 4 + 3 * COLL_STEPS.len() as u64;
-    let p2p = 4 + 3 * P2P_STEPS.len() as u64;
-    COLLS * coll + P2PS * p2p + 2
+    let p2p = 4 + 3 * P2P_STEPS.len() as u64 + 3;
+    COLLS * coll + P2PS * p2p + 2 + 3
 }
 
 impl Truth {
@@ -137,6 +150,7 @@ impl Truth {
             ("nccl.algo", "RING"),
             ("nccl.proto", "SIMPLE"),
             ("nccl.datatype", "ncclFloat32"),
+            ("nccl.size_class", "4KiB"),
         ])
     }
 
@@ -146,6 +160,7 @@ impl Truth {
             ("nccl.algo", "TREE"),
             ("nccl.proto", "LL"),
             ("nccl.datatype", "ncclInt8"),
+            ("nccl.size_class", "2KiB"),
         ])
     }
 
@@ -154,6 +169,7 @@ impl Truth {
             ("nccl.func", "Send"),
             ("nccl.peer", "2"),
             ("nccl.datatype", "ncclFloat64"),
+            ("nccl.size_class", "2KiB"),
         ])
     }
 
@@ -282,13 +298,38 @@ pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
         sum >= ideal && sum < 5.0,
         "AllReduce durations {sum} vs transfers {ideal}"
     );
+    // Bandwidths from the host time: algBw = size / time, busBw = algBw × 2(n−1)/n.
+    let (alg, count) = total(reqs, "nccl.coll.algbw", &ar);
+    assert_eq!(count, COLLS);
+    let (bus, _) = total(reqs, "nccl.coll.busbw", &ar);
+    close(bus, 1.5 * alg, "AllReduce busBw = 1.5 × algBw on 4 ranks");
+    assert!(alg > 0.0 && alg < COLLS as f64 * coll_bytes_per_op / ideal * COLLS as f64);
+    assert!(
+        latest(reqs, "nccl.coll.kernel.duration", &ar).is_none(),
+        "no KernelCh, no GPU time"
+    );
     let ag = t.allgather();
     let (sum, count) = total(reqs, "nccl.coll.bytes", &ag);
-    assert_eq!((sum, count), (512.0, 1), "AllGather");
+    assert_eq!((sum, count), (2048.0, 1), "AllGather: 512 B per rank × 4 ranks");
     assert_eq!(total(reqs, "nccl.coll.transfers", &ag), (0.0, 1));
     assert!(
         latest(reqs, "nccl.coll.duration", &ag).is_none(),
-        "no proxy op, no duration"
+        "no proxy op, no host time"
+    );
+    // GPU time from the kernel channel's pTimers, and bandwidths from it: busBw = algBw × 3/4.
+    let gpu = GATHER_GPU_NS as f64 * 1e-9;
+    let (sum, count) = total(reqs, "nccl.coll.kernel.duration", &ag);
+    assert_eq!(count, 1);
+    close(sum, gpu, "AllGather GPU time");
+    close(
+        total(reqs, "nccl.coll.kernel.algbw", &ag).0,
+        2048.0 / gpu,
+        "AllGather GPU algBw",
+    );
+    close(
+        total(reqs, "nccl.coll.kernel.busbw", &ag).0,
+        0.75 * 2048.0 / gpu,
+        "AllGather GPU busBw",
     );
 
     // P2P.
@@ -304,6 +345,25 @@ pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
         ((P2PS * p2p_step_bytes) as f64, P2PS * P2P_STEPS.len() as u64)
     );
     assert_eq!(total(reqs, "nccl.p2p.duration", &send).1, P2PS);
+    let (sum, count) = total(reqs, "nccl.p2p.kernel.duration", &send);
+    assert_eq!(count, P2PS);
+    close(sum, P2PS as f64 * P2P_GPU_NS as f64 * 1e-9, "P2P GPU time");
+    let (alg, bus) = (
+        total(reqs, "nccl.p2p.algbw", &send),
+        total(reqs, "nccl.p2p.busbw", &send),
+    );
+    assert_eq!((alg.1, bus.1), (P2PS, P2PS));
+    close(bus.0, alg.0, "P2P busBw = algBw");
+    let (alg, bus) = (
+        total(reqs, "nccl.p2p.kernel.algbw", &send),
+        total(reqs, "nccl.p2p.kernel.busbw", &send),
+    );
+    close(
+        alg.0,
+        P2PS as f64 * 2048.0 / (P2P_GPU_NS as f64 * 1e-9),
+        "P2P GPU algBw",
+    );
+    close(bus.0, alg.0, "P2P GPU busBw = algBw");
     assert_eq!(
         total(reqs, "nccl.p2p.transfer.duration", &send).1,
         P2PS * P2P_STEPS.len() as u64

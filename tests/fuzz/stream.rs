@@ -365,11 +365,12 @@ const OP_IN_PROGRESS: u32 = 19;
 const KERNEL_CH_STOP: u32 = 22;
 
 /// Whether the plugin ignores `state` for an event of `kind` without counting it: the states NCCL
-/// defines for that type that the plugin has no use for (ProxyStep 8, 10–12, 20; ProxyOp 0–7, 19).
+/// defines for that type that the plugin has no use for (ProxyStep 8, 10–12, 20; send ProxyOp
+/// 0–7, 19; receive ProxyOp 0–7).
 fn silently_ignored_state(kind: Kind, state: u32) -> bool {
     matches!(
         (kind, state),
-        (Kind::ProxyStep, 8 | 10..=12 | 20) | (Kind::ProxyOp, 0..=7 | 19)
+        (Kind::ProxyStep, 8 | 10..=12 | 20) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7)
     )
 }
 
@@ -646,11 +647,9 @@ impl Run {
         assert_ne!(h, SENTINEL, "*eHandle must always be written (type {ty:?})");
         if h != 0 {
             let decoded = Handle::decode(h).expect("a handle we were given decodes");
-            assert_eq!(
-                Some(decoded.kind),
-                ty.and_then(kind_of),
-                "handle kind matches the event type"
-            );
+            // A receive ProxyOp gets a kind of its own.
+            let kind = Some(decoded.kind).map(|k| if k == Kind::RecvOp { Kind::ProxyOp } else { k });
+            assert_eq!(kind, ty.and_then(kind_of), "handle kind matches the event type");
             assert!(
                 comm::get(decoded.comm).is_some(),
                 "a new handle names a live communicator"
