@@ -125,7 +125,7 @@ fn summaries_until(
 /// Summaries for the communicators of `report`, once every transfer it made is accounted for.
 fn summaries(capture: &Capture, report: &Report) -> Vec<WindowSummary> {
     summaries_until(capture, report, |w| {
-        w.iter().flat_map(|w| &w.links).map(|l| l.samples.len()).sum::<u64>() >= report.steps
+        w.iter().flat_map(|w| &w.links).map(|l| l.transfers).sum::<u64>() >= report.steps
     })
 }
 
@@ -148,7 +148,7 @@ fn every_scenario_in_process() {
     let mut recorded: HashMap<(u64, i32, i32), u64> = HashMap::new();
     for w in &windows {
         for l in &w.links {
-            *recorded.entry((w.comm.hash, l.rank, l.peer)).or_default() += l.samples.len();
+            *recorded.entry((w.comm.hash, l.rank, l.peer)).or_default() += l.transfers;
         }
     }
     let keys: BTreeSet<_> = recorded.keys().chain(emulated.keys()).collect();

@@ -329,7 +329,7 @@ fn pxn_ops_never_decode_foreign_context_or_parent() {
         .flat_map(|w| &w.links)
         .find(|l| l.rank == 3 && l.peer == 0)
         .expect("PXN link under the originating rank");
-    assert_eq!((link.bytes, link.samples.len()), (2 << 20, 2));
+    assert_eq!((link.bytes, link.transfers), (2 << 20, 2));
     assert_eq!(
         s.iter().map(|w| w.stats.orphans).sum::<u64>(),
         0,
@@ -614,7 +614,7 @@ fn scripted_scenario_matches_ground_truth() {
         s.links
             .iter()
             .find(|l| l.rank == 0 && l.peer == peer)
-            .map(|l| (l.bytes, l.samples.len()))
+            .map(|l| (l.bytes, l.transfers))
     };
     let ring_bytes: u64 = sizes.iter().sum();
     assert_eq!(link(a, 1), Some((ring_bytes + 2048, 7)));

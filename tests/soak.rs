@@ -424,13 +424,27 @@ fn proxy<'a>(p: &Plugin, c: Comm, rx: Queue<Task>, shared: &'a Shared, calls: &A
                 probe.call(|| p.stop(op));
                 probe.outcomes.record += 1;
             }
+            // A receive op is recorded under our collective (declined without one); its steps
+            // never are.
             let recv = probe.call(|| p.proxy_op(c.context, t.root, me, c.rank, t.recv_peer, ch, n as i32, false));
-            probe.outcomes.declined += 1;
-            assert!(recv.is_null(), "a receive ProxyOp got a handle");
+            if t.root.is_null() {
+                probe.outcomes.declined += 1;
+                assert!(recv.is_null(), "a receive ProxyOp without a collective got a handle");
+            } else {
+                probe.outcomes.record += 1;
+            }
+            if !recv.is_null() {
+                probe.call(|| p.state(recv, ty::OP_IN_PROGRESS, 0));
+                probe.outcomes.record += 1;
+            }
             for s in 0..n {
                 let h = probe.call(|| p.proxy_step(c.context, recv, c.rank, s as i32));
                 probe.outcomes.declined += 1;
-                assert!(h.is_null(), "a step of a declined ProxyOp got a handle");
+                assert!(h.is_null(), "a receive step got a handle");
+            }
+            if !recv.is_null() {
+                probe.call(|| p.stop(recv));
+                probe.outcomes.record += 1;
             }
         }
         calls.fetch_add(probe.total - before, Ordering::Relaxed);

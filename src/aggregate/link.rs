@@ -30,6 +30,8 @@ use std::collections::HashMap;
 
 use super::bandwidth::{size_class, test_size};
 use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
+use super::queue::Queue;
+use super::queue::{Step, analyze};
 use super::regression::Samples;
 use super::summary::{
     ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
@@ -185,6 +187,8 @@ struct Pass<'a> {
     p2p_ix: HashMap<GroupKey, u32>,
     links: Vec<LinkGroup>,
     link_ix: HashMap<(i32, i32), u32>,
+    /// Per link: its transfers, for the queue analysis.
+    link_steps: Vec<Vec<Step>>,
     channels: Vec<ChannelGroup>,
     channel_ix: [u32; 256],
     /// Slots of the ProxySteps started in this window, in slot order.
@@ -241,6 +245,7 @@ impl<'a> Pass<'a> {
             p2p_ix: HashMap::new(),
             links: Vec::new(),
             link_ix: HashMap::new(),
+            link_steps: Vec::new(),
             channels: Vec::new(),
             channel_ix: [NONE; 256],
             steps: Vec::new(),
@@ -414,14 +419,16 @@ impl<'a> Pass<'a> {
     }
 
     fn link_group(&mut self, rank: i32, peer: i32) -> u32 {
-        let links = &mut self.links;
+        let (links, steps) = (&mut self.links, &mut self.link_steps);
         *self.link_ix.entry((rank, peer)).or_insert_with(|| {
             links.push(LinkGroup {
                 rank,
                 peer,
                 bytes: 0,
-                samples: Samples::default(),
+                transfers: 0,
+                queue: Queue::default(),
             });
+            steps.push(Vec::new());
             ix(links.len() - 1)
         })
     }
@@ -490,25 +497,28 @@ impl<'a> Pass<'a> {
                 self.stats.orphans += 1;
                 continue;
             };
-            let secs = slot.stop.saturating_sub(slot.sent) as f64 * self.secs_per_tick;
-            self.add_transfer(
-                op,
-                Transfer {
-                    bytes: slot.value,
-                    secs,
-                },
-            );
+            let step = Step {
+                sent: slot.sent,
+                stop: slot.stop,
+                bytes: slot.value,
+                tag: op.channel,
+            };
+            self.add_transfer(op, step);
         }
     }
 
-    fn add_transfer(&mut self, op: OpIx, t: Transfer) {
+    fn add_transfer(&mut self, op: OpIx, step: Step) {
+        let t = Transfer {
+            bytes: step.bytes,
+            secs: step.stop.saturating_sub(step.sent) as f64 * self.secs_per_tick,
+        };
         if let Some(link) = self.links.get_mut(op.link as usize) {
             link.bytes = link.bytes.saturating_add(t.bytes);
-            link.samples.push(t.bytes, t.secs);
+            link.transfers += 1;
+            self.link_steps[op.link as usize].push(step);
         }
         if let Some(channel) = self.channels.get_mut(op.channel as usize) {
             channel.transfers.push(t);
-            channel.samples.push(t.bytes, t.secs);
         }
         let group = match op.root {
             RootRef::Here(r) => self.roots.get_mut(r as usize).map(|here| {
@@ -631,6 +641,14 @@ impl<'a> Pass<'a> {
         self.p2ps.retain(|g| !g.ops.is_empty() || !g.transfers.is_empty());
         self.colls.sort_unstable_by_key(|g| g.key);
         self.p2ps.sort_unstable_by_key(|g| (g.peer, g.datatype, g.size_class));
+        let channels = &mut self.channels;
+        for (link, steps) in self.links.iter_mut().zip(&mut self.link_steps) {
+            link.queue = analyze(steps, self.secs_per_tick, |step, secs| {
+                if let Some(c) = channels.get_mut(step.tag as usize) {
+                    c.samples.push(step.bytes, secs);
+                }
+            });
+        }
         self.links.sort_unstable_by_key(|g| (g.rank, g.peer));
         self.channels.sort_unstable_by_key(|g| g.channel);
         WindowSummary {
@@ -869,29 +887,40 @@ mod tests {
         }
     }
 
-    fn samples(ts: &[Transfer]) -> Samples {
-        let mut s = Samples::default();
-        for t in ts {
-            s.push(t.bytes, t.secs);
-        }
-        s
-    }
-
     fn link(rank: i32, peer: i32, ts: &[Transfer]) -> LinkGroup {
         LinkGroup {
             rank,
             peer,
             bytes: ts.iter().map(|t| t.bytes).sum(),
-            samples: samples(ts),
+            transfers: ts.len() as u64,
+            queue: Queue::default(),
         }
+    }
+
+    /// Links without their queue analysis (`queue.rs` tests it).
+    fn no_queue(links: &[LinkGroup]) -> Vec<LinkGroup> {
+        let strip = |l: &LinkGroup| LinkGroup {
+            queue: Queue::default(),
+            ..l.clone()
+        };
+        links.iter().map(strip).collect()
     }
 
     fn channel(channel: u8, ts: &[Transfer]) -> ChannelGroup {
         ChannelGroup {
             channel,
             transfers: ts.to_vec(),
-            samples: samples(ts),
+            samples: Samples::default(),
         }
+    }
+
+    /// Channels without their idle samples (they depend on the link's queue, `queue.rs`).
+    fn no_samples(channels: &[ChannelGroup]) -> Vec<ChannelGroup> {
+        let strip = |c: &ChannelGroup| ChannelGroup {
+            samples: Samples::default(),
+            ..c.clone()
+        };
+        channels.iter().map(strip).collect()
     }
 
     fn stats(records: u64, unfinished: u64, orphans: u64) -> WindowStats {
@@ -943,9 +972,9 @@ mod tests {
                 transfers: all.to_vec(),
             }]
         );
-        assert_eq!(s.links, vec![link(0, 1, &all)]);
+        assert_eq!(no_queue(&s.links), vec![link(0, 1, &all)]);
         assert_eq!(s.links[0].bytes, 8192);
-        assert_eq!(s.channels, vec![channel(0, &a_t), channel(1, &b_t)]);
+        assert_eq!(no_samples(&s.channels), vec![channel(0, &a_t), channel(1, &b_t)]);
         assert!(s.p2ps.is_empty());
         assert_eq!(s.stats, stats(27, 0, 0));
         assert_eq!(s.comm, meta());
@@ -986,8 +1015,8 @@ mod tests {
             }]
         );
         assert!(s.colls.is_empty());
-        assert_eq!(s.links, vec![link(0, 5, &ts)]);
-        assert_eq!(s.channels, vec![channel(2, &ts)]);
+        assert_eq!(no_queue(&s.links), vec![link(0, 5, &ts)]);
+        assert_eq!(no_samples(&s.channels), vec![channel(2, &ts)]);
         assert_eq!(s.stats, stats(10, 0, 0));
     }
 
@@ -1026,8 +1055,11 @@ mod tests {
                 transfers: vec![],
             }]
         );
-        assert_eq!(s.links, vec![link(0, 1, &[t(300, 3)]), link(0, 2, &[t(600, 6)])]);
-        assert_eq!(s.channels, vec![channel(4, &[t(300, 3), t(600, 6)])]);
+        assert_eq!(
+            no_queue(&s.links),
+            vec![link(0, 1, &[t(300, 3)]), link(0, 2, &[t(600, 6)])]
+        );
+        assert_eq!(no_samples(&s.channels), vec![channel(4, &[t(300, 3), t(600, 6)])]);
         assert_eq!(s.stats, stats(18, 0, 4));
     }
 
@@ -1055,7 +1087,7 @@ mod tests {
             }]
         );
         assert_eq!(s.colls[0].transfers, ts.to_vec());
-        assert_eq!(s.links, vec![link(0, 1, &ts)]);
+        assert_eq!(no_queue(&s.links), vec![link(0, 1, &ts)]);
         assert_eq!(s.stats, stats(11, 1, 0));
     }
 
@@ -1084,8 +1116,8 @@ mod tests {
             }]
         );
         // Receive ops make no link or channel figures.
-        assert_eq!(s.links, vec![link(0, 1, &[t(1024, 10)])]);
-        assert_eq!(s.channels, vec![channel(0, &[t(1024, 10)])]);
+        assert_eq!(no_queue(&s.links), vec![link(0, 1, &[t(1024, 10)])]);
+        assert_eq!(no_samples(&s.channels), vec![channel(0, &[t(1024, 10)])]);
         assert_eq!(s.stats, stats(11, 0, 0), "the never-progressed op is not unfinished");
     }
 
@@ -1187,8 +1219,8 @@ mod tests {
         let mut later = Win::at(WIN2);
         later.step(50, op, 2048, 20); // could not join its op's full window
         let second = later.sum_with(&mut open, t0 + HOLD_PLUS, false);
-        assert_eq!(second.links, vec![link(0, 3, &[t(2048, 20)])]);
-        assert_eq!(second.channels, vec![channel(5, &[t(2048, 20)])]);
+        assert_eq!(no_queue(&second.links), vec![link(0, 3, &[t(2048, 20)])]);
+        assert_eq!(no_samples(&second.channels), vec![channel(5, &[t(2048, 20)])]);
         assert_eq!(second.colls[0].ops[0].transfers, 2);
         assert_eq!(second.colls[0].transfers, vec![t(2048, 20)]);
         assert_eq!(second.stats.orphans, 0);
@@ -1208,7 +1240,7 @@ mod tests {
         spill.stop(op, 700);
         let first = spill.sum_with(&mut open, t0, false);
         assert_eq!(first.stats.orphans, 0, "pending, not orphaned yet");
-        assert_eq!(first.links, vec![link(0, 1, &[t(512, 4)])]);
+        assert_eq!(no_queue(&first.links), vec![link(0, 1, &[t(512, 4)])]);
         let second = w.sum_with(&mut open, t0, true);
         let g = &second.colls[0];
         assert_eq!((g.ops[0].duration, g.ops[0].transfers), (Some(700.0 / 1024.0), 1));
@@ -1257,8 +1289,8 @@ mod tests {
             }]
         );
         assert_eq!(s.colls[0].transfers, vec![t(32, 7)]);
-        assert_eq!(s.links, vec![link(0, 1, &[t(32, 7)])]);
-        assert_eq!(s.channels, vec![channel(0, &[t(32, 7)])]);
+        assert_eq!(no_queue(&s.links), vec![link(0, 1, &[t(32, 7)])]);
+        assert_eq!(no_samples(&s.channels), vec![channel(0, &[t(32, 7)])]);
         assert_eq!(s.stats, stats(14, 3, 0));
     }
 
@@ -1366,8 +1398,8 @@ mod tests {
 
         let ts = [t(128, 2), t(256, 3)];
         assert!(s.colls.is_empty() && s.p2ps.is_empty());
-        assert_eq!(s.links, vec![link(3, 1, &ts)]);
-        assert_eq!(s.channels, vec![channel(5, &ts)]);
+        assert_eq!(no_queue(&s.links), vec![link(3, 1, &ts)]);
+        assert_eq!(no_samples(&s.channels), vec![channel(5, &ts)]);
         assert_eq!(s.stats, stats(8, 0, 0), "no parent is not a missing parent");
     }
 
@@ -1431,7 +1463,7 @@ mod tests {
                 transfers: vec![t(100, 10)],
             }]
         );
-        assert_eq!(s.links, vec![link(0, 1, &[t(100, 10)])]);
+        assert_eq!(no_queue(&s.links), vec![link(0, 1, &[t(100, 10)])]);
         assert_eq!(s.stats, stats(7, 0, 0));
     }
 

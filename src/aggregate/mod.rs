@@ -1,6 +1,7 @@
 //! Aggregation of closed windows, on the telemetry thread (or `finalize`): the summary types
 //! ([`summary`]), the linking pass that builds them from one window's records ([`link`]), the
-//! table of operations still open across windows ([`open`]), the mergeable least-squares
+//! table of operations still open across windows ([`open`]), each link's transfers as a queue
+//! ([`queue`]), the mergeable least-squares
 //! statistics behind every link and channel fit ([`regression`]), and nccl-tests' size and
 //! bandwidth definitions ([`bandwidth`]).
 //! Pure: no I/O, clocks, atomics or OpenTelemetry types.
@@ -8,6 +9,7 @@
 pub mod bandwidth;
 pub mod link;
 pub mod open;
+pub mod queue;
 pub mod regression;
 pub mod summary;
 

@@ -82,10 +82,10 @@ pub const MAX_SIZES: usize = 256;
 /// The percentile of each size's times that [`Mode::Min`] fits (nearest rank, `⌊q·n⌋ + 1`):
 /// one sample in ten may be too short without moving it.
 pub const MIN_QUANTILE: f64 = 0.1;
-/// Relative width of the time buckets of one size: the percentile found is a sample within
-/// 0.2 % below the exact one.
-const GAMMA: f64 = 1.002;
-/// Lowest buckets kept per size (at least 13 % of range above its fastest time); slower times
+/// Mantissa bits a time bucket keeps: buckets are 2⁻⁹ of their octave wide (0.1–0.2 %), so the
+/// percentile found is a sample within 0.2 % below the exact one.
+const BUCKET_MANTISSA_BITS: u32 = 9;
+/// Lowest buckets kept per size (at least 6 % of range above its fastest time); slower times
 /// are only counted.
 const MAX_BUCKETS: usize = 64;
 
@@ -176,8 +176,10 @@ impl SizeTimes {
 
 /// Logarithmic bucket of a time (`secs >= 0`); 0 s has the lowest bucket.
 fn bucket(secs: f64) -> i32 {
+    // A positive finite double's bits grow with its value: exponent and top mantissa bits are a
+    // logarithmic bucket without computing a logarithm.
     if secs > 0.0 {
-        (secs.ln() / GAMMA.ln()).floor() as i32
+        (secs.to_bits() >> (f64::MANTISSA_DIGITS - 1 - BUCKET_MANTISSA_BITS)) as i32
     } else {
         i32::MIN
     }
@@ -228,6 +230,30 @@ impl Samples {
                 fit(&points)
             }
         }
+    }
+
+    /// Distinct sizes tracked.
+    pub fn sizes(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// The latency these samples imply at a known `bandwidth` (bytes/s): the mean over samples
+    /// ([`Mode::Avg`]) or over sizes of their percentile ([`Mode::Min`]) of `secs - bytes /
+    /// bandwidth`, clamped at 0; `None` without samples (or a percentile kept).
+    pub fn latency_at(&self, mode: Mode, bandwidth: f64) -> Option<f64> {
+        let excess = |bytes: f64, secs: f64| secs - bytes / bandwidth;
+        let l = match mode {
+            Mode::Avg => (self.moments.n > 0).then(|| excess(self.moments.mean_x, self.moments.mean_y))?,
+            Mode::Min => {
+                let per_size: Vec<f64> = self
+                    .sizes
+                    .iter()
+                    .filter_map(|s| Some(excess(s.bytes as f64, s.quantile()?)))
+                    .collect();
+                (!per_size.is_empty()).then(|| per_size.iter().sum::<f64>() / per_size.len() as f64)?
+            }
+        };
+        l.is_finite().then_some(l.max(0.0))
     }
 
     /// The entry of `bytes`, tracking it if the table has room.
@@ -534,6 +560,21 @@ mod tests {
                 prop_assert!(f.latency() >= 0.0);
             }
         }
+    }
+
+    #[test]
+    fn latency_at_a_known_bandwidth_needs_one_size_only() {
+        let (a, bw) = (20e-6, 12e9);
+        let s = samples(&[
+            (1 << 19, a + (1 << 19) as f64 / bw),
+            (1 << 19, a + (1 << 19) as f64 / bw),
+        ]);
+        assert_eq!(s.fit(Mode::Avg), None, "one size: no fit");
+        for mode in [Mode::Avg, Mode::Min] {
+            assert!(rel(s.latency_at(mode, bw).unwrap(), a) < 1e-9);
+        }
+        assert_eq!(Samples::default().latency_at(Mode::Avg, bw), None);
+        assert_eq!(s.sizes(), 1);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! telemetry thread (or `finalize`), read by the sinks.
 #![forbid(unsafe_code)]
 
+use super::queue::Queue;
 use super::regression::Samples;
 use crate::record::handle::CommId;
 use crate::record::{Algo, Datatype, Func, Proto};
@@ -108,9 +109,11 @@ pub struct LinkGroup {
     pub peer: i32,
     /// Total bytes transferred.
     pub bytes: u64,
-    /// (bytes, seconds) per transfer; the consumer fits them with its own mode, after merging if
-    /// it wants.
-    pub samples: Samples,
+    /// Transfers.
+    pub transfers: u64,
+    /// The same transfers as a queue: idle ones, the wire rate of queued ones, busy time; the
+    /// consumer derives the link's figures with its own mode, after merging if it wants.
+    pub queue: Queue,
 }
 
 /// Transfers on one channel, whatever they served.
@@ -120,7 +123,7 @@ pub struct ChannelGroup {
     pub channel: u8,
     /// Transfers, in step start order.
     pub transfers: Vec<Transfer>,
-    /// The same transfers as regression samples.
+    /// Those that found their link idle (see [`LinkGroup::queue`]), as regression samples.
     pub samples: Samples,
 }
 

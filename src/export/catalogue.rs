@@ -225,7 +225,9 @@ pub(super) struct Instruments {
     pub(super) link_latency: Fresh<f64>,
     pub(super) link_bandwidth: Fresh<f64>,
     pub(super) link_r2: Fresh<f64>,
+    pub(super) link_throughput: Fresh<f64>,
     pub(super) link_samples: Fresh<u64>,
+    pub(super) link_latency_missing: Counter<u64>,
     pub(super) channel_transfer_size: Histogram<f64>,
     pub(super) channel_transfer_duration: Histogram<f64>,
     pub(super) channel_latency: Fresh<f64>,
@@ -296,26 +298,38 @@ impl Instruments {
                 meter,
                 "nccl.link.latency",
                 "s",
-                "Per-transfer latency of the link: intercept of the interval's time-vs-size fit",
+                "Latency of the link: a transfer's time on an idle link beyond its bytes at the link's bandwidth",
             ),
             link_bandwidth: gauge(
                 meter,
                 "nccl.link.bandwidth",
                 "By/s",
-                "Bandwidth of the link: inverse slope of the interval's time-vs-size fit",
+                "Wire rate of the link: queued transfers' bytes per completion-to-completion time, else the idle transfers' fit",
             ),
             link_r2: gauge(
                 meter,
                 "nccl.link.r2",
                 "1",
-                "Coefficient of determination of the link's fit",
+                "Coefficient of determination of the idle transfers' time-vs-size fit",
+            ),
+            link_throughput: gauge(
+                meter,
+                "nccl.link.throughput",
+                "By/s",
+                "Achieved throughput of the link: bytes per second with a transfer in flight",
+            ),
+            link_latency_missing: counter(
+                meter,
+                "nccl.link.latency.missing",
+                "{interval}",
+                "Intervals in which a link with transfers got no latency, by reason",
             ),
             link_samples: {
                 let values = Arc::default();
                 let gauge = meter
                     .u64_observable_gauge("nccl.link.samples")
                     .with_unit("{transfer}")
-                    .with_description("Transfers of the link in the interval's fit")
+                    .with_description("Transfers of the link in the interval")
                     .with_callback(Fresh::callback(&values))
                     .build();
                 Fresh { values, _gauge: gauge }
@@ -338,7 +352,7 @@ impl Instruments {
                 meter,
                 "nccl.channel.latency",
                 "s",
-                "Per-transfer latency of the channel: intercept of the interval's time-vs-size fit",
+                "Latency of the channel: intercept of the time-vs-size fit of its transfers that found the link idle",
             ),
             events_recorded: counter(
                 meter,

@@ -20,6 +20,7 @@ use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
 use super::resource::resource;
 use super::{queue, sdk_temporality};
 use crate::aggregate::bandwidth::{bus_factor, size_class_name};
+use crate::aggregate::queue::Queue;
 use crate::aggregate::regression::{Mode, Samples};
 use crate::aggregate::{CommMeta, WindowSummary};
 use crate::config::{self, Exporter, Temporality};
@@ -62,6 +63,14 @@ struct Seen {
     drops: Vec<Option<(u16, CommMeta, DropCounts)>>,
 }
 
+/// One link's transfers in the interval so far.
+#[derive(Default)]
+struct LinkInterval {
+    bytes: u64,
+    transfers: u64,
+    queue: Queue,
+}
+
 /// The telemetry thread's export state. Called on: the telemetry thread only.
 pub struct Pipeline {
     _provider: SdkMeterProvider,
@@ -71,8 +80,8 @@ pub struct Pipeline {
     mode: Mode,
     interval: Duration,
     next: Instant,
-    /// The interval's samples per link and per channel, keyed by their attributes.
-    links: HashMap<Vec<KeyValue>, Samples>,
+    /// The interval's transfers per link and per channel, keyed by their attributes.
+    links: HashMap<Vec<KeyValue>, LinkInterval>,
     channels: HashMap<Vec<KeyValue>, Samples>,
     seen: Seen,
     endpoint: String,
@@ -194,7 +203,10 @@ impl Pipeline {
             let key = link_attrs(&s.comm, l.rank, l.peer);
             let attrs = self.attrs_or_overflow(Family::Link, key.clone(), 1);
             self.inst.link_bytes.add(l.bytes, &attrs);
-            self.links.entry(key).or_default().merge(&l.samples);
+            let link = self.links.entry(key).or_default();
+            link.bytes = link.bytes.saturating_add(l.bytes);
+            link.transfers += l.transfers;
+            link.queue.merge(&l.queue);
         }
         for c in &s.channels {
             let key = channel_attrs(&s.comm, c.channel);
@@ -215,21 +227,40 @@ impl Pipeline {
     /// the export state (at most one line per interval).
     fn end_interval(&mut self, own: &SelfTelemetry) {
         let i = &self.inst;
-        for fresh in [&i.link_latency, &i.link_bandwidth, &i.link_r2, &i.channel_latency] {
+        for fresh in [
+            &i.link_latency,
+            &i.link_bandwidth,
+            &i.link_r2,
+            &i.link_throughput,
+            &i.channel_latency,
+        ] {
             fresh.clear();
         }
         i.link_samples.clear();
-        for (attrs, samples) in std::mem::take(&mut self.links) {
+        for (attrs, link) in std::mem::take(&mut self.links) {
             if !self.limiter.admit(Family::Link, &attrs) {
                 self.overflow(Family::Link, 1);
                 continue;
             }
+            let fit = link.queue.fit(link.bytes, self.mode);
             let i = &self.inst;
-            i.link_samples.record(samples.len(), &attrs);
-            if let Some(fit) = samples.fit(self.mode) {
-                i.link_latency.record(fit.latency(), &attrs);
-                i.link_bandwidth.record(fit.bandwidth(), &attrs);
-                i.link_r2.record(fit.r2, &attrs);
+            i.link_samples.record(link.transfers, &attrs);
+            let gauges = [
+                (&i.link_latency, fit.latency),
+                (&i.link_bandwidth, fit.bandwidth),
+                (&i.link_r2, fit.r2),
+                (&i.link_throughput, fit.throughput),
+            ];
+            for (gauge, value) in gauges {
+                if let Some(v) = value {
+                    gauge.record(v, &attrs);
+                }
+            }
+            if let Some(reason) = fit.missing {
+                let mut attrs = attrs;
+                attrs.push(KeyValue::new("nccl.reason", reason));
+                let attrs = self.attrs_or_overflow(Family::Link, attrs, 1);
+                self.inst.link_latency_missing.add(1, &attrs);
             }
         }
         for (attrs, samples) in std::mem::take(&mut self.channels) {
@@ -441,6 +472,7 @@ mod tests {
         match m.map(|m| m.data()) {
             Some(AggregatedMetrics::F64(MetricData::Gauge(g))) => g.data_points().count(),
             Some(AggregatedMetrics::U64(MetricData::Gauge(g))) => g.data_points().count(),
+            Some(AggregatedMetrics::U64(MetricData::Sum(s))) => s.data_points().count(),
             _ => 0,
         }
     }
@@ -462,7 +494,11 @@ mod tests {
             rank: 0,
             peer: 1,
             bytes: 7168,
-            samples,
+            transfers: 3,
+            queue: Queue {
+                idle: samples,
+                ..Queue::default()
+            },
         };
         let own = SelfTelemetry {
             stats: crate::stats::STATS.snapshot(),
@@ -488,5 +524,30 @@ mod tests {
                 "{name} in the interval without transfers"
             );
         }
+        // One transfer: a sample count and a throughput, no latency (counted why).
+        let mut one = Samples::default();
+        one.push(1024, 2e-5);
+        let queue = crate::aggregate::queue::analyze(
+            &mut [crate::aggregate::queue::Step {
+                sent: 0,
+                stop: 20_000,
+                bytes: 1024,
+                tag: 0,
+            }],
+            1e-9,
+            |_, _| {},
+        );
+        let link = LinkGroup {
+            rank: 0,
+            peer: 1,
+            bytes: 1024,
+            transfers: 1,
+            queue,
+        };
+        p.record(&summary(vec![link]));
+        p.end_interval(&own);
+        assert_eq!(gauge_points(&mut p, "nccl.link.latency"), 0);
+        assert_eq!(gauge_points(&mut p, "nccl.link.throughput"), 1);
+        assert_eq!(gauge_points(&mut p, "nccl.link.latency.missing"), 1, "reason one_size");
     }
 }

@@ -8,8 +8,10 @@
 //! - [`plugin`]: [`Plugin::in_process`] (the table linked into this binary) or [`Plugin::load`]
 //!   (`dlopen(RTLD_NOW | RTLD_LOCAL)` of the built `.so`, symbols looked up v6 → v5 → v4 like
 //!   NCCL), `init` with NCCL's arguments and a logger, and one method per callback.
-//! - [`net`]: the modelled network. Every send step's SendWait → stop time is
-//!   `latency + bytes / bandwidth` of its rank pair, optionally with jitter.
+//! - [`net`]: the modelled network: a latency and a bandwidth per rank pair, optionally with
+//!   jitter. A send step occupies its link's wire for `bytes / bandwidth` once the wire is free
+//!   (steps of every channel queue on it, up to 8 in flight per op, as NCCL's are) and stops
+//!   `latency` later; steps are NCCL's fixed-size chunks per protocol.
 //! - [`workload`]: communicators, the calls each one issues per iteration, and the threads
 //!   that issue them: per emulated rank one user thread (init, Group/Coll/P2p, finalize), per
 //!   communicator and rank one proxy thread (ProxyOp, ProxyStep, KernelCh, ProxyCtrl).

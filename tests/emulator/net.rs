@@ -1,7 +1,8 @@
 //! The modelled network: a latency and a bandwidth per ordered rank pair (world ranks), nodes of
 //! `ranks_per_node` consecutive ranks, and optional jitter.
 //!
-//! A send step's SendWait → stop time is `latency + bytes / bandwidth`, times `1 + jitter·u`
+//! A send step takes `bytes / bandwidth` on the wire (once the wire is free) and stops `latency`
+//! after, both times `1 + jitter·u`
 //! with `u` uniform in [-1, 1]. Jitter is antithetic: per (link, size) every second draw is the
 //! negation of the one before, so the mean error of equal-sized transfers on a link cancels
 //! exactly and fits stay unbiased with a few dozen samples. Links between ranks of one node

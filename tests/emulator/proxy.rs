@@ -7,10 +7,11 @@
 //!   ProxyCtrl), get `InProgress` when progress begins, and stop after their last step. CollNet
 //!   ops (`isSend` 0) are started and never touched again.
 //! - Send steps (at most `max_in_flight` started and not stopped per op): start + SendGPUWait
-//!   (stale `transSize`); when the GPU produced the data, SendPeerWait, repeated while the link is
-//!   still busy with the previous step; SendWait with the step's bytes when the link takes it;
-//!   stop exactly `latency + bytes / bandwidth` (× jitter) after the SendWait. The link carries
-//!   one step's bytes at a time (steps overlap only in their latency).
+//!   (stale `transSize`); when the GPU produced the data, SendPeerWait; SendWait with the step's
+//!   bytes when the network takes it: at once ([`Options::queue`], a NIC queue), or once the
+//!   link's wire is free (then SendPeerWait repeats meanwhile). The link (this rank → peer, all
+//!   channels) carries one step's bytes at a time: a step's wire time starts when the wire is
+//!   free, and it stops `latency` after its `bytes / bandwidth` on the wire (both × jitter).
 //! - Receive steps: start (the first one twice with `restart_recv`) + RecvWait; RecvFlushWait and
 //!   RecvGPUWait with the bytes when the data arrived over the inbound link; stop once the GPU
 //!   consumed it.
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use super::net::{Jitter, Link, Network};
 use super::plugin::{self, Comm, H, Plugin, descr, mask, net_plugin_descr, proxy_op_descr, ty};
 use super::time::{self, gpu_ns};
-use super::truth::{CollTruth, DISTURBED, LinkTruth, Report};
+use super::truth::{CollTruth, DISTURBED, LinkTruth, Report, StepTruth};
 use super::workload::{CommSpec, Done, Options};
 
 /// A callback taking longer than this was preempted in the middle.
@@ -103,6 +104,8 @@ pub(crate) struct Task {
 
 struct Sent {
     t0: Instant,
+    /// When the wire took the step's bytes and was done with them.
+    wire: (Instant, Instant),
     deadline: Instant,
     call: Duration,
     net: H,
@@ -189,9 +192,9 @@ pub(crate) struct Proxy<'a> {
     active: Vec<Active>,
     out: Report,
     links: BTreeMap<i32, LinkTruth>,
-    /// When each connection (peer, channel, is send) is free for the next transfer's bytes:
-    /// consecutive operations on one connection share it.
-    wires: HashMap<(usize, u8, bool), Instant>,
+    /// When each link (peer, is send) is free for the next transfer's bytes: every channel's
+    /// operations to one peer share it.
+    wires: HashMap<(usize, bool), Instant>,
     /// How much before a transfer's end the precise wait ends (learnt: the emulator's own delay
     /// from the end of the wait to the stop call).
     aim: Duration,
@@ -635,6 +638,12 @@ impl<'a> Proxy<'a> {
             }
             let states = !op.handle.is_null();
             // The oldest step not yet accepted by the network.
+            // A connection completes in order (jitter must not swap two steps).
+            let ahead = op
+                .steps
+                .iter()
+                .filter_map(|x| x.sent.as_ref().map(|x| x.deadline))
+                .max();
             if let Some(s) = op.steps.iter_mut().find(|s| s.sent.is_none()) {
                 let states = states && !s.handle.is_null();
                 if let Some(d) = s.dep {
@@ -653,8 +662,12 @@ impl<'a> Proxy<'a> {
                 } else if now < s.ready {
                     next.coarse(s.ready);
                 } else {
-                    let wire = (op.plan.world_peer, op.plan.channel, true);
-                    let accept = self.wires.get(&wire).map_or(s.ready, |&w| s.ready.max(w));
+                    let wire = (op.plan.world_peer, true);
+                    let free = self.wires.get(&wire).copied();
+                    let accept = match free {
+                        Some(w) if !self.opts.queue => s.ready.max(w),
+                        _ => s.ready,
+                    };
                     let peer_wait = s.peer_waits == 0
                         || (now < accept && now >= s.next_peer_wait && s.peer_waits < self.opts.peer_waits);
                     if peer_wait {
@@ -666,14 +679,16 @@ impl<'a> Proxy<'a> {
                     }
                     if now >= accept {
                         let f = self.jitter.factor(self.world, op.plan.world_peer, s.bytes);
-                        let planned = op.plan.link.transfer(s.bytes).mul_f64(f);
                         let t0 = Instant::now();
                         if states {
                             p.state(s.handle, ty::SEND_WAIT, s.bytes);
                         }
                         let call = t0.elapsed();
                         op.last_trans = s.bytes;
-                        self.wires.insert(wire, t0 + op.plan.link.wire(s.bytes).mul_f64(f));
+                        let link = op.plan.link;
+                        let start = free.map_or(t0, |w| w.max(t0));
+                        let end = start + link.wire(s.bytes).mul_f64(f);
+                        self.wires.insert(wire, end);
                         let net = if states && self.opts.net_plugin && mask::net_plugin(m) {
                             let sock = &mut *self.sock as *mut SockDescr as *mut c_void;
                             let mut d = net_plugin_descr(s.handle, self.rank, 0x20001, sock);
@@ -683,9 +698,11 @@ impl<'a> Proxy<'a> {
                         } else {
                             H::NULL
                         };
+                        let deadline = (end + link.latency.mul_f64(f)).max(ahead.unwrap_or(t0));
                         s.sent = Some(Sent {
                             t0,
-                            deadline: t0 + planned,
+                            wire: (start, end),
+                            deadline,
                             call,
                             net,
                         });
@@ -754,10 +771,7 @@ impl<'a> Proxy<'a> {
                 p.state(handle, ty::RECV_WAIT, op.last_trans);
             }
             let link = op.plan.link;
-            let wire = self
-                .wires
-                .entry((op.plan.world_peer, op.plan.channel, false))
-                .or_insert(now);
+            let wire = self.wires.entry((op.plan.world_peer, false)).or_insert(now);
             *wire = (now + link.transfer(bytes)).max(*wire + link.wire(bytes));
             arrived.push(*wire);
             op.steps.push_back(Step {
@@ -824,6 +838,7 @@ impl<'a> Proxy<'a> {
             configured,
             bytes,
             secs,
+            step,
             late,
             ..
         } = t;
@@ -836,12 +851,14 @@ impl<'a> Proxy<'a> {
             dst: world_peer,
             configured,
             samples: Vec::new(),
+            steps: Vec::new(),
             disturbed: 0,
             late: Duration::ZERO,
             max_late: Duration::ZERO,
         });
         let disturbed = late > DISTURBED;
         link.samples.push((bytes, secs));
+        link.steps.push(step);
         link.disturbed += u64::from(disturbed);
         link.late += late;
         link.max_late = link.max_late.max(late);
@@ -868,6 +885,7 @@ struct Timed {
     configured: Link,
     bytes: u64,
     secs: f64,
+    step: StepTruth,
     late: Duration,
     /// Stop call time minus the model's end, seconds (negative when early).
     miss: f64,
@@ -904,6 +922,12 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
     };
     let late = Duration::from_secs_f64(miss.abs()) + excess(sent.call) + excess(after - before);
     let secs = (before - sent.t0).as_secs_f64();
+    let step = StepTruth {
+        bytes,
+        sent: sent.t0,
+        wire: sent.wire,
+        stop: before,
+    };
     op.steps.pop_front();
     op.stopped += 1;
     if !op.plan.pxn {
@@ -915,6 +939,7 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
         configured: op.plan.link,
         bytes,
         secs,
+        step,
         late,
         miss,
     })

@@ -91,6 +91,8 @@ pub struct LinkTruth {
     pub configured: Link,
     /// Every transfer as the emulator timed it: (bytes, SendWait → stop seconds).
     pub samples: Vec<(u64, f64)>,
+    /// The same transfers with the times the emulator took around them.
+    pub steps: Vec<StepTruth>,
     /// Transfers whose emulation the host disturbed (the thread ran late by more than
     /// [`DISTURBED`]): their time is longer than the model says.
     pub disturbed: u64,
@@ -104,6 +106,18 @@ pub struct LinkTruth {
 /// Lateness past which a transfer counts as disturbed.
 pub const DISTURBED: Duration = Duration::from_micros(5);
 
+/// One send step as the emulator timed it.
+#[derive(Clone, Copy, Debug)]
+pub struct StepTruth {
+    pub bytes: u64,
+    /// Right before the SendWait call.
+    pub sent: Instant,
+    /// When the modelled wire took the step's bytes, and when it was done with them.
+    pub wire: (Instant, Instant),
+    /// Right before the stop call.
+    pub stop: Instant,
+}
+
 impl LinkTruth {
     pub fn transfers(&self) -> u64 {
         self.samples.len() as u64
@@ -113,9 +127,94 @@ impl LinkTruth {
         self.samples.iter().map(|s| s.0).sum()
     }
 
-    /// (latency s, bandwidth B/s) fitted to the emulator's own timings.
+    /// (latency s, bandwidth B/s) from the emulator's own timings, by the plugin's documented
+    /// definitions (`docs/metrics.md`, "Links"; `AVG`), computed here independently.
     pub fn measured(&self) -> Option<(f64, f64)> {
-        fit(&self.samples)
+        queue_figures(&self.steps)
+    }
+
+    /// The wire's own rate: bytes over the time the model had them on the wire.
+    pub fn wire_rate(&self) -> f64 {
+        let secs: f64 = self.steps.iter().map(|s| (s.wire.1 - s.wire.0).as_secs_f64()).sum();
+        self.bytes() as f64 / secs
+    }
+
+    /// The mean time from the wire being done with a step to its stop, over the steps that did
+    /// not wait for the wire: the modelled latency, plus however late the emulator made those
+    /// stop calls (a queued step's stop is as late as the queue makes the emulator).
+    pub fn latency(&self) -> f64 {
+        let unqueued: Vec<f64> = self
+            .steps
+            .iter()
+            .filter(|s| s.wire.0 <= s.sent)
+            .map(|s| s.stop.saturating_duration_since(s.wire.1).as_secs_f64())
+            .collect();
+        unqueued.iter().sum::<f64>() / unqueued.len().max(1) as f64
+    }
+
+    /// Bytes over the time at least one transfer was in flight (SendWait → stop).
+    pub fn busy_throughput(&self) -> f64 {
+        let mut spans: Vec<(Instant, Instant)> = self.steps.iter().map(|s| (s.sent, s.stop)).collect();
+        spans.sort_by_key(|s| s.0);
+        let mut busy = Duration::ZERO;
+        let mut open: Option<(Instant, Instant)> = None;
+        for (a, b) in spans {
+            open = match open {
+                Some((x, y)) if a < y => Some((x, y.max(b))),
+                Some((x, y)) => {
+                    busy += y - x;
+                    Some((a, b))
+                }
+                None => Some((a, b)),
+            };
+        }
+        busy += open.map_or(Duration::ZERO, |(x, y)| y - x);
+        self.bytes() as f64 / busy.as_secs_f64()
+    }
+}
+
+/// The link figures by the plugin's definitions, from the emulator's clock: transfers that found
+/// every earlier one completed are idle; those handed over more than the shortest idle time
+/// before the latest earlier completion queued behind a busy wire, and the gap between the two
+/// completions is their wire time. Bandwidth from at least 4 queued, else the idle fit; latency
+/// the idle transfers' mean excess over that bandwidth, else the fit's intercept.
+pub fn queue_figures(steps: &[StepTruth]) -> Option<(f64, f64)> {
+    let mut by_sent: Vec<&StepTruth> = steps.iter().collect();
+    by_sent.sort_by_key(|s| (s.sent, s.stop));
+    // The latest completion among the transfers handed over before each one.
+    let before: Vec<Option<Instant>> = by_sent
+        .iter()
+        .scan(None::<Instant>, |latest, s| {
+            let prior = *latest;
+            *latest = Some(prior.map_or(s.stop, |l| l.max(s.stop)));
+            Some(prior)
+        })
+        .collect();
+    let secs = |d: Duration| d.as_secs_f64();
+    let idle: Vec<(u64, f64)> = by_sent
+        .iter()
+        .zip(&before)
+        .filter(|(s, b)| b.is_none_or(|b| s.sent >= b))
+        .map(|(s, _)| (s.bytes, secs(s.stop - s.sent)))
+        .collect();
+    let bound = idle.iter().map(|i| i.1).fold(f64::INFINITY, f64::min);
+    let queued: Vec<(u64, f64)> = by_sent
+        .iter()
+        .zip(&before)
+        .filter_map(|(s, b)| {
+            let b = (*b)?;
+            let waited = b.saturating_duration_since(s.sent).as_secs_f64() > bound;
+            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b)))
+        })
+        .collect();
+    let rate = (queued.len() >= 4)
+        .then(|| queued.iter().map(|q| q.0 as f64).sum::<f64>() / queued.iter().map(|q| q.1).sum::<f64>());
+    match rate {
+        Some(bw) => {
+            let excess: f64 = idle.iter().map(|&(b, t)| t - b as f64 / bw).sum();
+            (!idle.is_empty()).then(|| ((excess / idle.len() as f64).max(0.0), bw))
+        }
+        None => fit(&idle),
     }
 }
 

@@ -13,7 +13,8 @@
 //! proxy uses an already stopped Coll as parent. Types are started only when NCCL would, from
 //! the activation mask read at the call (spec 3.2).
 //!
-//! Ring collectives (per channel, `n` ranks, `chunk_bytes` per network transfer at most):
+//! Ring collectives (per channel, `n` ranks; every piece sent as full network steps of the
+//! protocol's payload and a smaller last one, each step's bytes as on the wire):
 //! AllReduce sends and receives `2(n-1)` slices of `bytes / channels / n`; AllGather and
 //! ReduceScatter `n-1` slices of the per-rank bytes / channels; Broadcast pipelines
 //! `bytes / channels` from the root (the root's predecessor sends nothing). A send step
@@ -138,6 +139,30 @@ impl Proto {
             Proto::Simple => c"SIMPLE",
             Proto::Ll => c"LL",
             Proto::Ll128 => c"LL128",
+        }
+    }
+
+    /// Payload bytes of one network step: NCCL's buffer per protocol / `NCCL_STEPS` (8), less
+    /// the flags (`src/init.cc` `computeBuffSizes`, `src/include/device.h`). Simple: `simple`
+    /// (the default 4 MiB buffer / 8 = 512 KiB); LL: 512 KiB buffer / 8 = 64 KiB of 16-byte lines
+    /// carrying 8 bytes each, 32 KiB; LL128: 4,915,200 B / 8 = 614,400 B of 128-byte lines
+    /// carrying 120 bytes each, 576,000 B.
+    pub fn step_payload(self, simple: u64) -> u64 {
+        match self {
+            Proto::Simple => simple,
+            Proto::Ll => 32 << 10,
+            Proto::Ll128 => 576_000,
+        }
+    }
+
+    /// Bytes on the wire (NCCL's SendWait `transSize`) for `payload` bytes: LL sends 16-byte
+    /// lines of 8 data bytes (`prims_ll.h`), LL128 2,048-byte units of 1,920 data bytes
+    /// (`prims_ll128.h`), Simple the data.
+    pub fn wire(self, payload: u64) -> u64 {
+        match self {
+            Proto::Simple => payload,
+            Proto::Ll => payload.div_ceil(8) * 16,
+            Proto::Ll128 => payload.div_ceil(1920) * 2048,
         }
     }
 }
@@ -319,8 +344,15 @@ pub struct Options {
     /// `None`: the activation mask the plugin set in `init`, as NCCL reads it. `Some`: this mask
     /// instead (e.g. every type, to test what the plugin declines).
     pub mask: Option<i32>,
-    /// Largest network transfer (NCCL's chunk: buffer size / 8 steps).
+    /// Payload of a Simple-protocol network step (NCCL: its 4 MiB buffer / 8 steps = 512 KiB);
+    /// a message goes out as full steps and a smaller last one. LL and LL128 use NCCL's own
+    /// ([`Proto::step_payload`]).
     pub chunk_bytes: u64,
+    /// Steps are handed to the network as soon as their data is ready (up to `max_in_flight`
+    /// per op, NCCL's 8) and queue behind the link's earlier transfers of every channel, as a
+    /// NIC does; `false`: a step is handed over only when the link's wire is free, so every
+    /// step's SendWait → stop is its own `latency + bytes / bandwidth`.
+    pub queue: bool,
     /// Steps in flight per ProxyOp (NCCL: 8).
     pub max_in_flight: usize,
     /// Most SendPeerWait states per step (repeated while the link is busy; at least 1).
@@ -349,7 +381,8 @@ impl Default for Options {
         Options {
             iterations: 1,
             mask: None,
-            chunk_bytes: 4 << 20,
+            chunk_bytes: 512 << 10,
+            queue: true,
             max_in_flight: 8,
             peer_waits: 2,
             pxn: false,
@@ -681,7 +714,7 @@ impl Workload {
                     H::NULL
                 };
                 let started = (start, Instant::now());
-                let (ops, kernels) = self.plan_coll(inst, w, func, count * dtype.size(), root, algo, m);
+                let (ops, kernels) = self.plan_coll(inst, w, func, count * dtype.size(), root, (algo, proto), m);
                 if !root_h.is_null() {
                     plugin.stop(root_h);
                 }
@@ -819,7 +852,7 @@ impl Workload {
         func: Func,
         bytes: u64,
         root: i32,
-        algo: Algo,
+        (algo, proto): (Algo, Proto),
         m: i32,
     ) -> (Vec<OpPlan>, Vec<KernelPlan>) {
         let spec = inst.spec;
@@ -832,7 +865,13 @@ impl Workload {
         let mut kernels = Vec::new();
         for c in 0..nch {
             let share = split_even(bytes, u64::from(nch), u64::from(c));
-            let pieces = |d: u64| split_chunks(d, self.options.chunk_bytes);
+            let step = proto.step_payload(self.options.chunk_bytes);
+            let pieces = |d: u64| {
+                split_chunks(d, step)
+                    .into_iter()
+                    .map(|p| proto.wire(p))
+                    .collect::<Vec<u64>>()
+            };
             let (send, recv): (Vec<u64>, Vec<u64>) = match func {
                 Func::AllReduce => {
                     let p = pieces(share / n as u64);
@@ -863,7 +902,7 @@ impl Workload {
                         channel: c,
                         steps: send.clone(),
                         link: self.net.link(w, w_succ),
-                        chunk: self.options.chunk_bytes,
+                        chunk: proto.wire(step),
                         pxn: false,
                     });
                 }
@@ -877,7 +916,7 @@ impl Workload {
                         channel: c,
                         steps: send.clone(),
                         link: self.net.link(w, w_succ),
-                        chunk: self.options.chunk_bytes,
+                        chunk: proto.wire(step),
                         pxn: self.options.pxn && nch >= 2 && c == nch - 1,
                     });
                 }
@@ -890,7 +929,7 @@ impl Workload {
                         channel: c,
                         steps: recv,
                         link: self.net.link(w_pred, w),
-                        chunk: self.options.chunk_bytes,
+                        chunk: proto.wire(step),
                         pxn: false,
                     });
                 }
@@ -941,8 +980,12 @@ fn split_even(total: u64, parts: u64, i: u64) -> u64 {
     total / parts + u64::from(i < total % parts)
 }
 
-/// `d` bytes as network transfers of at most `chunk` bytes (at least one, possibly empty).
+/// `d` bytes as network steps of `chunk` bytes and a smaller last one (at least one step,
+/// possibly empty), as NCCL slices a message.
 fn split_chunks(d: u64, chunk: u64) -> Vec<u64> {
-    let loops = d.div_ceil(chunk.max(1)).max(1);
-    (0..loops).map(|i| split_even(d, loops, i)).collect()
+    let chunk = chunk.max(1);
+    let loops = d.div_ceil(chunk).max(1);
+    (0..loops)
+        .map(|i| if i + 1 < loops { chunk } else { d - chunk * (loops - 1) })
+        .collect()
 }

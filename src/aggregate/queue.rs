@@ -1,0 +1,267 @@
+//! A link's transfers as the queue they form. NCCL keeps up to 8 steps per connection in flight,
+//! and the connections of all channels to one peer share the link: a step handed to the network
+//! (SendWait) while earlier ones are still in flight waits behind them, so its SendWait → stop
+//! grows with the queue ahead, not only with its size. Taken in SendWait order, a transfer
+//! - found the link **idle** when every earlier transfer had completed: its SendWait → stop is
+//!   latency + bytes / bandwidth;
+//! - was **queued** when it was handed over more than that latency before the previous
+//!   completion: the wire was still busy, so it completes after the previous completion by
+//!   exactly the time the wire took its bytes (the shortest idle time bounds the latency from
+//!   above, so only transfers certain to have queued count);
+//! - otherwise came during the previous transfer's latency: neither (busy time only).
+//!
+//! The link was **busy** while at least one transfer was in flight.
+//!
+//! Pure; called on the telemetry thread (or `finalize`) per link and window.
+#![forbid(unsafe_code)]
+
+use super::regression::{Mode, Samples};
+
+/// One transfer: SendWait and stop (clock ticks) and bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// SendWait, clock ticks.
+    pub sent: u64,
+    /// Stop, clock ticks.
+    pub stop: u64,
+    /// Bytes of the SendWait.
+    pub bytes: u64,
+    /// The caller's tag (the channel's group index).
+    pub tag: u32,
+}
+
+/// Bytes over seconds of queued transfers, mergeable.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rate {
+    /// Bytes of the transfers.
+    pub bytes: u64,
+    /// Sum of their completion-to-completion times, seconds.
+    pub secs: f64,
+    /// Transfers.
+    pub n: u64,
+}
+
+impl Rate {
+    /// Adds `other`'s transfers.
+    pub fn merge(&mut self, other: &Rate) {
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.secs += other.secs;
+        self.n += other.n;
+    }
+
+    /// Bytes per second, when there is time to divide by.
+    pub fn per_sec(&self) -> Option<f64> {
+        let r = self.bytes as f64 / self.secs;
+        (self.secs > 0.0 && r.is_finite()).then_some(r)
+    }
+}
+
+/// What one window's transfers on a link say about it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Queue {
+    /// Transfers that found the link idle: (bytes, SendWait → stop seconds).
+    pub idle: Samples,
+    /// Transfers queued behind another: their wire rate.
+    pub queued: Rate,
+    /// Seconds with at least one transfer in flight.
+    pub busy: f64,
+}
+
+impl Queue {
+    /// Adds `other`'s transfers (another window of the same link).
+    pub fn merge(&mut self, other: &Queue) {
+        self.idle.merge(&other.idle);
+        self.queued.merge(&other.queued);
+        self.busy += other.busy;
+    }
+}
+
+/// Queued transfers a wire rate needs before it is preferred to the idle transfers' fit.
+pub const MIN_QUEUED: u64 = 4;
+
+/// A link's figures for one interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LinkFit {
+    /// Seconds of a zero-byte transfer on an idle link.
+    pub latency: Option<f64>,
+    /// Bytes per second the wire moves.
+    pub bandwidth: Option<f64>,
+    /// R² of the idle transfers' time-vs-size fit, when that fit was made.
+    pub r2: Option<f64>,
+    /// Bytes moved per second of busy time (achieved throughput).
+    pub throughput: Option<f64>,
+    /// Why there is no latency: `no_idle_transfer`, `one_size` or `no_fit`.
+    pub missing: Option<&'static str>,
+}
+
+impl Queue {
+    /// The link's figures from `bytes` moved: bandwidth from the queued transfers' wire rate
+    /// (at least [`MIN_QUEUED`] of them), else from the idle transfers' fit; latency from the
+    /// idle transfers at that bandwidth (one size suffices), else from their fit (two sizes at
+    /// least); throughput from the busy time.
+    pub fn fit(&self, bytes: u64, mode: Mode) -> LinkFit {
+        let fit = self.idle.fit(mode);
+        let rate = self.queued.per_sec().filter(|_| self.queued.n >= MIN_QUEUED);
+        let bandwidth = rate.or(fit.map(|f| f.bandwidth()));
+        let latency = match (rate, fit) {
+            (Some(bw), _) => self.idle.latency_at(mode, bw),
+            (None, Some(f)) => Some(f.latency()),
+            (None, None) => None,
+        };
+        let missing = latency
+            .is_none()
+            .then(|| match (self.idle.is_empty(), self.idle.sizes()) {
+                (true, _) => "no_idle_transfer",
+                (false, 0 | 1) => "one_size",
+                _ => "no_fit",
+            });
+        let throughput = bytes as f64 / self.busy;
+        LinkFit {
+            latency,
+            bandwidth,
+            r2: fit.map(|f| f.r2),
+            throughput: (self.busy > 0.0 && throughput.is_finite()).then_some(throughput),
+            missing,
+        }
+    }
+}
+
+/// Classifies a link's transfers (sorted here by SendWait); `idle` also gets each idle one with
+/// its seconds. A transfer completing no later than one before it (out of order) counts for the
+/// busy time only.
+pub fn analyze(steps: &mut [Step], secs_per_tick: f64, mut idle: impl FnMut(&Step, f64)) -> Queue {
+    // One proxy thread records a link's steps nearly in SendWait order already.
+    if !steps.is_sorted_by_key(|s| (s.sent, s.stop)) {
+        steps.sort_unstable_by_key(|s| (s.sent, s.stop));
+    }
+    let mut q = Queue::default();
+    let secs = |ticks: u64| ticks as f64 * secs_per_tick;
+    // Pass 1: idle transfers, the busy time, and the shortest idle time (≥ the latency).
+    let (mut last_stop, mut busy_from, mut bound) = (0u64, 0u64, u64::MAX);
+    for (i, s) in steps.iter().enumerate() {
+        if i == 0 || s.sent >= last_stop {
+            if i > 0 {
+                q.busy += secs(last_stop.saturating_sub(busy_from));
+            }
+            busy_from = s.sent;
+            let ticks = s.stop.saturating_sub(s.sent);
+            bound = bound.min(ticks);
+            q.idle.push(s.bytes, secs(ticks));
+            idle(s, secs(ticks));
+        }
+        last_stop = last_stop.max(s.stop);
+    }
+    if !steps.is_empty() {
+        q.busy += secs(last_stop.saturating_sub(busy_from));
+    }
+    // Pass 2: transfers certain to have queued behind a busy wire.
+    last_stop = 0;
+    for s in steps.iter() {
+        if s.sent.saturating_add(bound) < last_stop && s.stop > last_stop {
+            q.queued.bytes = q.queued.bytes.saturating_add(s.bytes);
+            q.queued.secs += secs(s.stop - last_stop);
+            q.queued.n += 1;
+        }
+        last_stop = last_stop.max(s.stop);
+    }
+    q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(sent: u64, stop: u64, bytes: u64) -> Step {
+        Step {
+            sent,
+            stop,
+            bytes,
+            tag: 0,
+        }
+    }
+
+    fn analyze(steps: &mut [Step], secs_per_tick: f64) -> Queue {
+        super::analyze(steps, secs_per_tick, |_, _| {})
+    }
+
+    /// Eight steps of 1000 bytes handed over at once to a link of 10 ticks latency and 100
+    /// bytes per tick: each completes 10 ticks after the one before.
+    #[test]
+    fn pipelined_steps_give_the_wire_rate_and_the_first_the_latency() {
+        let mut steps: Vec<Step> = (0..8).map(|k| step(0, 10 + 10 * (k + 1), 1000)).collect();
+        let q = analyze(&mut steps, 1.0);
+        assert_eq!(q.idle.len(), 1);
+        // The second was handed over within the first one's latency: not certain to queue.
+        assert_eq!(
+            q.queued,
+            Rate {
+                bytes: 6000,
+                secs: 60.0,
+                n: 6
+            }
+        );
+        assert_eq!(q.queued.per_sec(), Some(100.0));
+        assert_eq!(q.busy, 90.0);
+    }
+
+    #[test]
+    fn separate_transfers_are_idle_and_busy_time_is_their_union() {
+        let mut steps = vec![step(100, 130, 2000), step(0, 20, 1000), step(125, 160, 500)];
+        let q = analyze(&mut steps, 0.5);
+        assert_eq!(q.idle.len(), 2);
+        assert_eq!(
+            q.queued,
+            Rate::default(),
+            "posted at 125, within the latency of the one ending at 130"
+        );
+        assert_eq!(q.busy, (20.0 + 60.0) * 0.5);
+    }
+
+    #[test]
+    fn out_of_order_completion_counts_for_busy_time_only() {
+        let mut steps = vec![step(0, 50, 100), step(10, 40, 100)];
+        let q = analyze(&mut steps, 1.0);
+        assert_eq!((q.idle.len(), q.queued.n, q.busy), (1, 0, 50.0));
+        assert_eq!(analyze(&mut [], 1.0), Queue::default());
+    }
+
+    #[test]
+    fn figures_from_a_pipelined_link() {
+        // 20 ticks latency, 100 bytes per tick; ops of 8 steps of 1000 bytes handed over at
+        // once, and single steps of 300 bytes on an idle link.
+        let mut steps = Vec::new();
+        for op in 0..3u64 {
+            let t = op * 1000;
+            steps.extend((0..8).map(|k| step(t, t + 20 + 10 * (k + 1), 1000)));
+            steps.push(step(t + 500, t + 523, 300));
+        }
+        let q = analyze(&mut steps, 1.0);
+        let f = q.fit(24_900, Mode::Avg);
+        assert_eq!(f.bandwidth, Some(100.0));
+        assert!((f.latency.unwrap() - 20.0).abs() < 1e-9, "{f:?}");
+        assert_eq!(f.missing, None);
+        assert_eq!(f.throughput, Some(24_900.0 / (3.0 * (100.0 + 23.0))));
+        let lone = analyze(&mut [step(0, 30, 1000)], 1.0).fit(1000, Mode::Avg);
+        assert_eq!(
+            (lone.latency, lone.bandwidth, lone.missing),
+            (None, None, Some("one_size"))
+        );
+        assert_eq!(Queue::default().fit(0, Mode::Min).missing, Some("no_idle_transfer"));
+    }
+
+    #[test]
+    fn a_stop_before_its_send_wait_is_no_time() {
+        // Timestamps NCCL never produces (a stop read before the SendWait) must not panic.
+        let q = analyze(&mut [step(50, 10, 1), step(60, 70, 1), step(65, 20, 1)], 1.0);
+        assert_eq!(q.idle.len(), 2);
+        assert_eq!(q.busy, 10.0);
+    }
+
+    #[test]
+    fn merge_adds_windows() {
+        let mut a = analyze(&mut [step(0, 10, 100), step(0, 20, 100), step(0, 30, 100)], 1.0);
+        let b = analyze(&mut [step(0, 5, 50)], 1.0);
+        a.merge(&b);
+        assert_eq!((a.idle.len(), a.queued.n, a.busy), (2, 1, 35.0));
+    }
+}
