@@ -6,8 +6,9 @@
 //!   latency + bytes / bandwidth;
 //! - was **queued** when it was handed over more than that latency before the previous
 //!   completion: the wire was still busy, so it completes after the previous completion by
-//!   exactly the time the wire took its bytes (the shortest idle time bounds the latency from
-//!   above, so only transfers certain to have queued count);
+//!   exactly the time the wire took its bytes (a low percentile of the idle times bounds the
+//!   latency from above, so only transfers certain to have queued count, and a few idle times
+//!   made too short by a preempted proxy thread do not lower the bound);
 //! - otherwise came during the previous transfer's latency: neither (busy time only).
 //!
 //! The link was **busy** while at least one transfer was in flight.
@@ -136,8 +137,9 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, mut idle: impl FnMut(&Ste
     }
     let mut q = Queue::default();
     let secs = |ticks: u64| ticks as f64 * secs_per_tick;
-    // Pass 1: idle transfers, the busy time, and the shortest idle time (≥ the latency).
-    let (mut last_stop, mut busy_from, mut bound) = (0u64, 0u64, u64::MAX);
+    // Pass 1: idle transfers and the busy time.
+    let (mut last_stop, mut busy_from) = (0u64, 0u64);
+    let mut idle_ticks = Vec::new();
     for (i, s) in steps.iter().enumerate() {
         if i == 0 || s.sent >= last_stop {
             if i > 0 {
@@ -145,7 +147,7 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, mut idle: impl FnMut(&Ste
             }
             busy_from = s.sent;
             let ticks = s.stop.saturating_sub(s.sent);
-            bound = bound.min(ticks);
+            idle_ticks.push(ticks);
             q.idle.push(s.bytes, secs(ticks));
             idle(s, secs(ticks));
         }
@@ -155,6 +157,7 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, mut idle: impl FnMut(&Ste
         q.busy += secs(last_stop.saturating_sub(busy_from));
     }
     // Pass 2: transfers certain to have queued behind a busy wire.
+    let bound = low_percentile(&mut idle_ticks).unwrap_or(u64::MAX);
     last_stop = 0;
     for s in steps.iter() {
         if s.sent.saturating_add(bound) < last_stop && s.stop > last_stop {
@@ -166,6 +169,16 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, mut idle: impl FnMut(&Ste
     }
     q
 }
+
+/// The [`BOUND_QUANTILE`] of `ticks` (nearest rank, `⌊q·n⌋ + 1`); `None` when empty.
+fn low_percentile(ticks: &mut [u64]) -> Option<u64> {
+    let rank = (BOUND_QUANTILE * ticks.len() as f64) as usize;
+    (!ticks.is_empty()).then(|| *ticks.select_nth_unstable(rank.min(ticks.len() - 1)).1)
+}
+
+/// Share of idle times that may be too short (a preempted proxy thread read the clock late at
+/// SendWait) without lowering the latency bound.
+const BOUND_QUANTILE: f64 = 0.05;
 
 #[cfg(test)]
 mod tests {
@@ -255,6 +268,19 @@ mod tests {
         let q = analyze(&mut [step(50, 10, 1), step(60, 70, 1), step(65, 20, 1)], 1.0);
         assert_eq!(q.idle.len(), 2);
         assert_eq!(q.busy, 10.0);
+    }
+
+    #[test]
+    fn a_few_preempted_idle_times_do_not_let_latency_tails_pass_as_queued() {
+        // Idle single steps of 1000 bytes (20 ticks latency, 100 bytes per tick: 30 ticks), one
+        // of them timed 1 tick (its SendWait read late), then a step handed over 5 ticks into
+        // the latency of the one before: not certain to have queued.
+        let mut steps: Vec<Step> = (0..40).map(|k| step(100 * k, 100 * k + 30, 1000)).collect();
+        steps[7] = step(729, 730, 1000);
+        steps.push(step(4000, 4030, 1000));
+        steps.push(step(4025, 4040, 1000));
+        let q = analyze(&mut steps, 1.0);
+        assert_eq!(q.queued, Rate::default(), "{q:?}");
     }
 
     #[test]

@@ -109,6 +109,8 @@ struct Sent {
     deadline: Instant,
     call: Duration,
     net: H,
+    /// The SendWait callback is still to come (a preempted proxy thread), just before the stop.
+    late_send_wait: bool,
 }
 
 struct Step {
@@ -199,6 +201,8 @@ pub(crate) struct Proxy<'a> {
     /// from the end of the wait to the stop call).
     aim: Duration,
     sock: Box<SockDescr>,
+    /// Send steps handed to the network so far (for [`Options::preempt_every`]).
+    handed: u64,
 }
 
 // SAFETY: the raw pointers inside are opaque plugin values (context, handles) and a descriptor
@@ -230,6 +234,7 @@ impl<'a> Proxy<'a> {
             links: BTreeMap::new(),
             wires: HashMap::new(),
             aim: Duration::ZERO,
+            handed: 0,
             sock: Box::new(SockDescr {
                 ty: 1,
                 fd: 42,
@@ -679,8 +684,11 @@ impl<'a> Proxy<'a> {
                     }
                     if now >= accept {
                         let f = self.jitter.factor(self.world, op.plan.world_peer, s.bytes);
+                        self.handed += 1;
+                        let every = self.opts.preempt_every;
+                        let late_send_wait = every > 0 && self.handed % every == 0;
                         let t0 = Instant::now();
-                        if states {
+                        if states && !late_send_wait {
                             p.state(s.handle, ty::SEND_WAIT, s.bytes);
                         }
                         let call = t0.elapsed();
@@ -705,6 +713,7 @@ impl<'a> Proxy<'a> {
                             deadline,
                             call,
                             net,
+                            late_send_wait,
                         });
                         continue; // the next step may be ready as well
                     }
@@ -907,6 +916,9 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
     let (handle, bytes) = (*handle, *bytes);
     if opts.net_plugin && mask::net_plugin(m) && states && !handle.is_null() {
         p.stop(sent.net);
+    }
+    if sent.late_send_wait && states && !handle.is_null() {
+        p.state(handle, ty::SEND_WAIT, bytes);
     }
     let before = Instant::now();
     if !handle.is_null() {

@@ -130,7 +130,13 @@ impl LinkTruth {
     /// (latency s, bandwidth B/s) from the emulator's own timings, by the plugin's documented
     /// definitions (`docs/metrics.md`, "Links"; `AVG`), computed here independently.
     pub fn measured(&self) -> Option<(f64, f64)> {
-        queue_figures(&self.steps)
+        queue_figures(&self.steps, false)
+    }
+
+    /// The same in `MIN` mode: the idle transfers' latency from each size's 10th percentile
+    /// (nearest rank, at least the second fastest).
+    pub fn measured_min(&self) -> Option<(f64, f64)> {
+        queue_figures(&self.steps, true)
     }
 
     /// The wire's own rate: bytes over the time the model had them on the wire.
@@ -174,11 +180,12 @@ impl LinkTruth {
 }
 
 /// The link figures by the plugin's definitions, from the emulator's clock: transfers that found
-/// every earlier one completed are idle; those handed over more than the shortest idle time
-/// before the latest earlier completion queued behind a busy wire, and the gap between the two
+/// every earlier one completed are idle; those handed over more than the 5th percentile of the
+/// idle times before the latest earlier completion queued behind a busy wire, and the gap between the two
 /// completions is their wire time. Bandwidth from at least 4 queued, else the idle fit; latency
-/// the idle transfers' mean excess over that bandwidth, else the fit's intercept.
-pub fn queue_figures(steps: &[StepTruth]) -> Option<(f64, f64)> {
+/// the idle transfers' mean excess over that bandwidth (with `min`: the mean over sizes of each
+/// size's low percentile's excess), else the fit's intercept.
+pub fn queue_figures(steps: &[StepTruth], min: bool) -> Option<(f64, f64)> {
     let mut by_sent: Vec<&StepTruth> = steps.iter().collect();
     by_sent.sort_by_key(|s| (s.sent, s.stop));
     // The latest completion among the transfers handed over before each one.
@@ -197,7 +204,13 @@ pub fn queue_figures(steps: &[StepTruth]) -> Option<(f64, f64)> {
         .filter(|(s, b)| b.is_none_or(|b| s.sent >= b))
         .map(|(s, _)| (s.bytes, secs(s.stop - s.sent)))
         .collect();
-    let bound = idle.iter().map(|i| i.1).fold(f64::INFINITY, f64::min);
+    // The 5th percentile of the idle times (nearest rank), as documented.
+    let mut times: Vec<f64> = idle.iter().map(|i| i.1).collect();
+    times.sort_by(f64::total_cmp);
+    let bound = times
+        .get((times.len() as f64 * 0.05) as usize)
+        .copied()
+        .unwrap_or(f64::INFINITY);
     let queued: Vec<(u64, f64)> = by_sent
         .iter()
         .zip(&before)
@@ -210,6 +223,19 @@ pub fn queue_figures(steps: &[StepTruth]) -> Option<(f64, f64)> {
     let rate = (queued.len() >= 4)
         .then(|| queued.iter().map(|q| q.0 as f64).sum::<f64>() / queued.iter().map(|q| q.1).sum::<f64>());
     match rate {
+        Some(bw) if min => {
+            let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+            idle.iter().for_each(|&(b, t)| by_size.entry(b).or_default().push(t));
+            let excess: Vec<f64> = by_size
+                .iter_mut()
+                .map(|(&b, ts)| {
+                    ts.sort_by(f64::total_cmp);
+                    let rank = ((ts.len() as f64 * 0.1) as usize).max(usize::from(ts.len() >= 2));
+                    ts[rank] - b as f64 / bw
+                })
+                .collect();
+            (!excess.is_empty()).then(|| ((excess.iter().sum::<f64>() / excess.len() as f64).max(0.0), bw))
+        }
         Some(bw) => {
             let excess: f64 = idle.iter().map(|&(b, t)| t - b as f64 / bw).sum();
             (!idle.is_empty()).then(|| ((excess / idle.len() as f64).max(0.0), bw))

@@ -374,6 +374,10 @@ pub struct Options {
     /// Proxy threads ask for real-time priority (granted to root or CAP_SYS_NICE), so a busy
     /// host delays their transfer ends less.
     pub realtime: bool,
+    /// Every this many send steps (0: never) the proxy thread is "preempted" between handing
+    /// the step to the network and its SendWait callback, which then comes just before the
+    /// stop: the plugin sees a transfer far shorter than the network made it (host noise).
+    pub preempt_every: u64,
 }
 
 impl Default for Options {
@@ -391,6 +395,7 @@ impl Default for Options {
             broadcast_as_allgatherv: false,
             gpu_timer_ns: 32,
             realtime: true,
+            preempt_every: 0,
         }
     }
 }
