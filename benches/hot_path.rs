@@ -101,6 +101,8 @@ struct Table {
     context: *mut c_void,
     /// A live ProxyOp handle (plugin) to parent steps.
     op: *mut c_void,
+    /// A live Coll handle (plugin) to parent kernel channels.
+    coll: *mut c_void,
 }
 
 // SAFETY: opaque values handed between threads as NCCL does.
@@ -183,6 +185,7 @@ impl Bench {
             t: p.table(),
             context: self.comm.context,
             op: op.0,
+            coll: coll.0,
         }
     }
 
@@ -191,6 +194,7 @@ impl Bench {
             t: self.empty,
             context: std::ptr::dangling_mut::<c_void>(),
             op: std::ptr::dangling_mut::<c_void>(),
+            coll: std::ptr::dangling_mut::<c_void>(),
         }
     }
 
@@ -213,6 +217,13 @@ fn step_descr(op: *mut c_void, step: i32) -> ncclProfilerEventDescr_v4_t {
     d
 }
 
+fn kernel_descr(coll: *mut c_void, channel: u8) -> ncclProfilerEventDescr_v4_t {
+    let mut d = descr(ty::KERNEL_CH, H(coll), 0);
+    d.__bindgen_anon_1.kernelCh.channelId = channel;
+    d.__bindgen_anon_1.kernelCh.pTimer = 1_000_000;
+    d
+}
+
 /// What one batch times.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -220,10 +231,12 @@ enum Kind {
     State,
     Stop,
     Step,
+    /// A kernel channel: start, KernelChStop, stop (what KernelCh in the mask adds per channel).
+    Kernel,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Start, Kind::State, Kind::Stop, Kind::Step];
+    const ALL: [Kind; 5] = [Kind::Start, Kind::State, Kind::Stop, Kind::Step, Kind::Kernel];
 
     fn name(self) -> &'static str {
         match self {
@@ -231,13 +244,26 @@ impl Kind {
             Kind::State => "state",
             Kind::Stop => "stop",
             Kind::Step => "step",
+            Kind::Kernel => "kernel",
         }
     }
 
     /// Callbacks per unit.
     fn callbacks(self) -> u64 {
-        if self == Kind::Step { 5 } else { 1 }
+        match self {
+            Kind::Step => 5,
+            Kind::Kernel => 3,
+            _ => 1,
+        }
     }
+}
+
+/// One kernel channel's three callbacks.
+#[inline(always)]
+fn kernel_channel(t: &Table, d: &mut ncclProfilerEventDescr_v4_t) {
+    let h = t.start(d);
+    t.state(h, ty::KERNEL_CH_STOP, 2_000_000);
+    t.stop(h);
 }
 
 /// Runs `n` units of `kind` on `t`, timing only the callbacks being measured.
@@ -271,6 +297,14 @@ fn run(t: &Table, kind: Kind, n: u64) -> Duration {
                 t.state(h, ty::SEND_PEER_WAIT, 0);
                 t.state(h, ty::SEND_WAIT, 1 << 20);
                 t.stop(h);
+            }
+            t0.elapsed()
+        }
+        Kind::Kernel => {
+            let mut descrs: Vec<_> = (0..n).map(|i| kernel_descr(t.coll, i as u8)).collect();
+            let t0 = Instant::now();
+            for d in &mut descrs {
+                kernel_channel(t, d);
             }
             t0.elapsed()
         }
@@ -413,7 +447,8 @@ fn ns_per_tick() -> f64 {
     i0.elapsed().as_nanos() as f64 / (ticks() - t0) as f64
 }
 
-/// Times single callbacks of `kind` (the Step kind: each of its 5 callbacks); samples in ticks.
+/// Times single callbacks of `kind` (the Step kind: each of its 5 callbacks; the Kernel kind: its
+/// three together); samples in ticks.
 fn sample(t: &Table, kind: Kind, n: u64, out: &mut Vec<u64>) {
     let handles: Vec<_> = if matches!(kind, Kind::State | Kind::Stop) {
         (0..n).map(|i| t.start(&mut step_descr(t.op, i as i32))).collect()
@@ -449,6 +484,12 @@ fn sample(t: &Table, kind: Kind, n: u64, out: &mut Vec<u64>) {
                 t.stop(h);
                 let e = ticks();
                 out.extend([b - a, c - b, d - c, e - d]);
+            }
+            Kind::Kernel => {
+                let mut d = kernel_descr(t.coll, i as u8);
+                let a = ticks();
+                kernel_channel(t, &mut d);
+                out.push(ticks() - a);
             }
         }
     }
