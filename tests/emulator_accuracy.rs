@@ -590,7 +590,7 @@ fn check_pipelined_links(s: &Setup, report: &Report) -> Result<bool, String> {
         if rel(bw, wire) > 0.10 || (lat - latency).abs() > (0.10 * latency).max(5e-6) || rel(thr, busy) > 0.05 {
             return Err(format!("off: {what}"));
         }
-        naive_off |= emulator::truth::fit(&l.samples).is_none_or(|(_, b)| rel(b, wire) > 0.5);
+        naive_off |= emulator::truth::fit(&l.samples()).is_none_or(|(_, b)| rel(b, wire) > 0.5);
     }
     Ok(naive_off)
 }

@@ -113,7 +113,8 @@ struct Slot {
     sent: u64,
     /// ProxyStep: bytes of that SendWait; KernelCh: GPU stop time.
     value: u64,
-    /// Coll/P2p: index into `roots`; ProxyOp (once resolved): its root's index or `NONE`.
+    /// Coll/P2p: index into `roots`; send ProxyOp (once resolved): its root's index when that
+    /// root is in this window, else `NONE`.
     root: u32,
     /// ProxyOp (once resolved): index into `links`.
     link: u32,
@@ -453,12 +454,21 @@ impl<'a> Pass<'a> {
             Some((p, Body::ProxyOp(op))) if op.send => {
                 if !self.slots[p].has(OP_RESOLVED) {
                     let link = self.link_group(op.rank, op.peer);
+                    let root = match self.root_of(op.parent) {
+                        RootRef::Here(r) => r,
+                        _ => NONE,
+                    };
                     let slot = &mut self.slots[p];
-                    slot.link = link;
+                    (slot.link, slot.root) = (link, root);
                     slot.flags |= OP_RESOLVED;
                 }
-                let link = self.slots[p].link;
-                let root = self.root_of(op.parent);
+                let Slot { link, root, .. } = self.slots[p];
+                // A root outside this window is looked up again: the table changes as it goes.
+                let root = if root == NONE {
+                    self.root_of(op.parent)
+                } else {
+                    RootRef::Here(root)
+                };
                 return Some(OpIx {
                     root,
                     link,

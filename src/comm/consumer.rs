@@ -190,12 +190,7 @@ impl Comm {
         }
         let summaries = self.process_all(&mut c, secs_per_tick);
         if let Some(next) = (0..WINDOWS).find(|&i| self.windows[i].open()) {
-            c.tracks[next] = Track {
-                seq: c.next_seq,
-                ..Track::new(Instant::now())
-            };
-            c.next_seq += 1;
-            self.current.store(next as u8, Ordering::Relaxed);
+            self.make_current(&mut c, next, Instant::now());
         }
         summaries
     }
@@ -248,17 +243,22 @@ impl Comm {
         else {
             return;
         };
+        self.make_current(c, next, now);
+        window.close();
+        c.tracks[cur] = Track {
+            seq: c.tracks[cur].seq,
+            ..Track::new(now)
+        };
+    }
+
+    /// Makes the just opened window `next` the one new events go to, numbered as the next cycle.
+    fn make_current(&self, c: &mut Consumer, next: usize, now: Instant) {
         c.tracks[next] = Track {
             seq: c.next_seq,
             ..Track::new(now)
         };
         c.next_seq += 1;
         self.current.store(next as u8, Ordering::Relaxed);
-        window.close();
-        c.tracks[cur] = Track {
-            seq: c.tracks[cur].seq,
-            ..Track::new(now)
-        };
     }
 
     /// Where the consumer is at `now`, window `processing` counted as processed: the FILLING

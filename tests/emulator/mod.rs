@@ -26,7 +26,7 @@
 //!     .iterations(10)
 //!     .run_with_progress(&plugin, &|done, total| eprint!("\r{done}/{total}"));
 //! for l in report.world_links() {
-//!     // l.configured (latency, bandwidth) vs l.measured() (the emulator's own fit) per (src, dst)
+//!     // l.configured (latency, bandwidth), l.transfers, l.disturbed per (src, dst)
 //! }
 //! for c in &report.collectives {
 //!     // c.func, c.bytes, c.duration() (start → last network op stop), c.gpu_duration(), c.full_duration()

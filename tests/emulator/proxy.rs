@@ -845,8 +845,6 @@ impl<'a> Proxy<'a> {
             peer,
             world_peer,
             configured,
-            bytes,
-            secs,
             step,
             late,
             ..
@@ -859,14 +857,12 @@ impl<'a> Proxy<'a> {
             src: self.world,
             dst: world_peer,
             configured,
-            samples: Vec::new(),
             steps: Vec::new(),
             disturbed: 0,
             late: Duration::ZERO,
             max_late: Duration::ZERO,
         });
         let disturbed = late > DISTURBED;
-        link.samples.push((bytes, secs));
         link.steps.push(step);
         link.disturbed += u64::from(disturbed);
         link.late += late;
@@ -892,8 +888,6 @@ struct Timed {
     peer: i32,
     world_peer: usize,
     configured: Link,
-    bytes: u64,
-    secs: f64,
     step: StepTruth,
     late: Duration,
     /// Stop call time minus the model's end, seconds (negative when early).
@@ -933,7 +927,6 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
         -(sent.deadline - before).as_secs_f64()
     };
     let late = Duration::from_secs_f64(miss.abs()) + excess(sent.call) + excess(after - before);
-    let secs = (before - sent.t0).as_secs_f64();
     let step = StepTruth {
         bytes,
         sent: sent.t0,
@@ -949,8 +942,6 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
         peer: op.plan.peer,
         world_peer: op.plan.world_peer,
         configured: op.plan.link,
-        bytes,
-        secs,
         step,
         late,
         miss,

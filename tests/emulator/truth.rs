@@ -89,9 +89,7 @@ pub struct LinkTruth {
     pub dst: usize,
     /// The configured link.
     pub configured: Link,
-    /// Every transfer as the emulator timed it: (bytes, SendWait → stop seconds).
-    pub samples: Vec<(u64, f64)>,
-    /// The same transfers with the times the emulator took around them.
+    /// Every transfer with the times the emulator took around it.
     pub steps: Vec<StepTruth>,
     /// Transfers whose emulation the host disturbed (the thread ran late by more than
     /// [`DISTURBED`]): their time is longer than the model says.
@@ -120,11 +118,19 @@ pub struct StepTruth {
 
 impl LinkTruth {
     pub fn transfers(&self) -> u64 {
-        self.samples.len() as u64
+        self.steps.len() as u64
     }
 
     pub fn bytes(&self) -> u64 {
-        self.samples.iter().map(|s| s.0).sum()
+        self.steps.iter().map(|s| s.bytes).sum()
+    }
+
+    /// Every transfer as (bytes, SendWait → stop seconds).
+    pub fn samples(&self) -> Vec<(u64, f64)> {
+        self.steps
+            .iter()
+            .map(|s| (s.bytes, (s.stop - s.sent).as_secs_f64()))
+            .collect()
     }
 
     /// (latency s, bandwidth B/s) from the emulator's own timings, by the plugin's documented
@@ -250,14 +256,9 @@ pub struct WorldLink {
     pub src: usize,
     pub dst: usize,
     pub configured: Link,
-    pub samples: Vec<(u64, f64)>,
+    /// Transfers over every communicator.
+    pub transfers: u64,
     pub disturbed: u64,
-}
-
-impl WorldLink {
-    pub fn measured(&self) -> Option<(f64, f64)> {
-        fit(&self.samples)
-    }
 }
 
 /// What one [`super::Workload::run`] did.
@@ -294,10 +295,10 @@ impl Report {
                 src: l.src,
                 dst: l.dst,
                 configured: l.configured,
-                samples: Vec::new(),
+                transfers: 0,
                 disturbed: 0,
             });
-            w.samples.extend_from_slice(&l.samples);
+            w.transfers += l.transfers();
             w.disturbed += l.disturbed;
         }
         m.into_values().collect()
