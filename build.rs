@@ -1,7 +1,8 @@
 //! Build script.
 //!
 //! Always: link the cdylib with `-z nodelete`, so NCCL's `dlclose` after the last communicator's
-//! `finalize` never unmaps code a background thread may still run (NCCL API spec 1.4).
+//! `finalize` never unmaps code a background thread may still run (NCCL API spec 1.4); export the
+//! NCCL emulator's `ncclGetVersion` from test, bench and example executables.
 //!
 //! With `--features bindgen` only: regenerate `src/bindings.rs` from `include/nccl/profiler.h`.
 //! The output is committed; `.ci/check-bindings.sh` fails when it drifts from the headers. A plain
@@ -9,6 +10,11 @@
 
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
+    // The emulator's `ncclGetVersion` (tests/emulator/release.rs), found by the plugin through
+    // `dlsym(RTLD_DEFAULT)` as in a process that links libnccl.
+    for target in ["tests", "benches", "examples"] {
+        println!("cargo:rustc-link-arg-{target}=-Wl,--export-dynamic-symbol=ncclGetVersion");
+    }
     println!("cargo:rerun-if-changed=build.rs");
 
     #[cfg(feature = "bindgen")]

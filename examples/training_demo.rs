@@ -50,8 +50,6 @@ fn main() -> ExitCode {
     unsafe {
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", receiver.endpoint());
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "1");
-        // Coll|P2p|ProxyOp|ProxyStep|KernelCh: operations get GPU times too (intra-node ones only those).
-        std::env::set_var("NCCL_PROFILE_EVENT_MASK", "0x5e");
         // A link here sees a few dozen transfers per interval, and a VM's hypervisor can pause the
         // emulator for milliseconds: one such pause in a mean-based fit skews a link's figures.
         // A low percentile of each size's times ignores it (a user's setting wins).

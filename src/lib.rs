@@ -10,6 +10,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
+pub mod activation;
 pub mod aggregate;
 pub mod bindings;
 pub mod buffer;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod export;
 pub mod ffi;
 pub mod nccl_log;
+pub mod nccl_version;
 pub mod record;
 pub mod stats;
 pub mod telemetry;

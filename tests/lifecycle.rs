@@ -54,6 +54,7 @@ const VARS: &[(&str, Kind, Option<&str>)] = &[
     (config::TELEMETRY_INTERVAL_SEC, Kind::Number, Some("1e999")),
     (config::LINEAR_REGRESSION_MODE, Kind::Word, Some("AVERAGE")),
     (config::EVENT_MASK, Kind::Number, Some("0x10000")),
+    (config::KERNEL_CH_EVERY, Kind::Word, Some("0")),
     (config::WINDOW_CAPACITY, Kind::Number, Some("99999999999999999999")),
     (config::WINDOW_COUNT_TRIGGER, Kind::Number, Some("12abc")),
     (config::EXPORTER, Kind::Word, Some("otlp2")),

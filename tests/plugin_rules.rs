@@ -107,8 +107,13 @@ fn table_is_named_otel_and_init_sets_the_mask() {
     let c = new_comm(p, 0, 2);
     assert_eq!(
         Config::global().event_mask,
-        0x1E,
-        "Coll|P2p|ProxyOp|ProxyStep by default"
+        0x5E,
+        "Coll|P2p|ProxyOp|ProxyStep|KernelCh by default"
+    );
+    assert_eq!(
+        p.mask(),
+        0x5E,
+        "stored at init; always KernelCh on the emulator's NCCL 2.30.7"
     );
     finalize(p, &c);
 }

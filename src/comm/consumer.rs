@@ -5,7 +5,6 @@
 //! NCCL's init thread (`reset`, from `register`).
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -38,8 +37,6 @@ pub(super) struct Track {
     stopped: Vec<u64>,
     /// Receive-op start slots whose InProgress was seen (only those count as open).
     progressing: Vec<u64>,
-    /// KernelCh still expected per collective slot (KernelCh in the mask).
-    kernels_due: HashMap<u32, u8>,
 }
 
 pub(super) struct Consumer {
@@ -47,8 +44,6 @@ pub(super) struct Consumer {
     tracks: [Track; WINDOWS],
     interval: Duration,
     count_trigger: u64,
-    /// Whether collectives get one KernelCh per channel (KernelCh in the activation mask).
-    kernel_ch: bool,
     /// Operations still open across windows.
     open: OpenOps,
     /// Sequence number of the next window to open.
@@ -69,7 +64,6 @@ impl Consumer {
             tracks: std::array::from_fn(|_| Track::new(Instant::now())),
             interval: config.interval,
             count_trigger: u64::from(config.count_trigger),
-            kernel_ch: false,
             open: OpenOps::new(pending_ttl(config)),
             next_seq: 1,
         }
@@ -81,7 +75,6 @@ impl Consumer {
         self.tracks = std::array::from_fn(|_| Track::new(Instant::now()));
         self.interval = config.interval;
         self.count_trigger = u64::from(config.count_trigger).min(root_limit);
-        self.kernel_ch = config.event_mask & crate::bindings::ncclProfileKernelCh as i32 != 0;
         self.open = OpenOps::new(pending_ttl(config));
         self.next_seq = 1;
         self.meta = meta;
@@ -104,7 +97,6 @@ impl Track {
             started: Vec::new(),
             stopped: Vec::new(),
             progressing: Vec::new(),
-            kernels_due: HashMap::new(),
         }
     }
 }
@@ -301,12 +293,13 @@ impl Comm {
     }
 
     /// Counts open events among newly published records of window `i`: a start opens its event
-    /// (a collective also its expected KernelCh; a receive op only once InProgress, since NCCL
-    /// never stops receive-side ops it does not progress), the first stop of a start seen here
-    /// closes it; records of other windows, epochs or communicators are ignored.
+    /// (a receive op only once InProgress, since NCCL never stops receive-side ops it does not
+    /// progress), the first stop of a start seen here closes it; records of other windows,
+    /// epochs or communicators are ignored. KernelCh that come after their collective's window
+    /// closed are linked through the table of open operations: whether a collective gets any
+    /// depends on the mask NCCL sampled at its API call, which the plugin cannot see.
     fn scan(&self, c: &mut Consumer, i: usize) {
         let (window, me) = (&self.windows[i], self.window_id(i));
-        let kernel_ch = c.kernel_ch;
         let t = &mut c.tracks[i];
         let end = window.claimed().min(u64::from(window.capacity())) as u32;
         while t.scanned < end {
@@ -327,19 +320,6 @@ impl Comm {
                         continue;
                     }
                     t.open += 1;
-                    if let (Body::Coll(coll), true) = (body, kernel_ch) {
-                        t.open += i64::from(coll.n_channels);
-                        t.kernels_due.insert(slot, coll.n_channels);
-                    }
-                    let parent = match body {
-                        Body::KernelCh { parent, .. } => Handle::decode(parent)
-                            .filter(|p| p.comm == h.comm && p.window == h.window && p.epoch == h.epoch),
-                        _ => None,
-                    };
-                    if let Some(due) = parent.and_then(|p| t.kernels_due.get_mut(&p.slot)).filter(|d| **d > 0) {
-                        *due -= 1;
-                        t.open -= 1;
-                    }
                 }
                 Body::InProgress if has_bit(&t.started, h.slot) && set_bit(&mut t.progressing, h.slot) => {
                     t.open += 1;

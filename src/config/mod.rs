@@ -38,8 +38,8 @@ use parking_lot::Mutex;
 use crate::aggregate::regression::Mode;
 use crate::record::handle::MAX_SLOTS;
 use parse::{
-    BOOL, parse_bool, parse_event_mask, parse_interval, parse_u32_in, show_bool, show_exporter, show_mask, show_millis,
-    show_mode, show_protocol, show_secs, show_temporality, show_u32,
+    BOOL, parse_bool, parse_event_mask, parse_every, parse_interval, parse_u32_in, show_bool, show_every,
+    show_exporter, show_mask, show_millis, show_mode, show_protocol, show_secs, show_temporality, show_u32,
 };
 use reader::Reader;
 
@@ -54,8 +54,11 @@ pub struct Config {
     pub interval: Duration,
     /// [`LINEAR_REGRESSION_MODE`], default [`Mode::Avg`].
     pub regression_mode: Mode,
-    /// [`EVENT_MASK`], default Coll|P2p|ProxyOp|ProxyStep = 0x1E, bits 0..=14 only.
+    /// [`EVENT_MASK`], default Coll|P2p|ProxyOp|ProxyStep|KernelCh = 0x5E, bits 0..=14 only.
     pub event_mask: i32,
+    /// [`KERNEL_CH_EVERY`]: `None` (`auto`, the default) leaves it to the NCCL release
+    /// ([`crate::activation::default_every`]); else 1..=1000.
+    pub kernel_ch_every: Option<u32>,
     /// [`WINDOW_CAPACITY`], default 100000, valid 1024..=[`MAX_SLOTS`].
     pub capacity: u32,
     /// [`WINDOW_COUNT_TRIGGER`], default min(50000, capacity/2), valid 1..=capacity.
@@ -178,10 +181,17 @@ impl Config {
         let regression_mode = r.read(LINEAR_REGRESSION_MODE, Mode::Avg, "AVG or MIN", Mode::parse, show_mode);
         let event_mask = r.read(
             EVENT_MASK,
-            0x1E,
+            0x5E,
             "an event mask using only bits 0..=14 (0..=0x7fff, decimal or 0x-hex)",
             parse_event_mask,
             show_mask,
+        );
+        let kernel_ch_every = r.read(
+            KERNEL_CH_EVERY,
+            None,
+            "auto or an integer in 1..=1000",
+            parse_every,
+            show_every,
         );
         let capacity = r.read(
             WINDOW_CAPACITY,
@@ -204,6 +214,7 @@ impl Config {
             interval,
             regression_mode,
             event_mask,
+            kernel_ch_every,
             capacity,
             count_trigger,
             export,
@@ -251,6 +262,7 @@ impl Config {
             show_secs(self.interval),
             show_mode(self.regression_mode),
             show_mask(self.event_mask),
+            show_every(self.kernel_ch_every),
             show_u32(self.capacity),
             show_u32(self.count_trigger),
             show_exporter(e.exporter),

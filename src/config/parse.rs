@@ -58,6 +58,14 @@ pub(super) fn parse_event_mask(s: &str) -> Option<i32> {
     i32::try_from(mask).ok()
 }
 
+/// `auto` (any case) or an integer in 1..=1000: KernelCh for one part in N of the time.
+pub(super) fn parse_every(s: &str) -> Option<Option<u32>> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Some(None);
+    }
+    parse_u32_in(s, 1..=1000).map(Some)
+}
+
 /// `otlp`, `file`, `stdout` or `none`, any case.
 pub(super) fn parse_exporter(s: &str) -> Option<Exporter> {
     match s.to_ascii_lowercase().as_str() {
@@ -270,6 +278,11 @@ pub(super) fn show_mode(value: Mode) -> String {
 /// `0x`-hex.
 pub(super) fn show_mask(value: i32) -> String {
     format!("{value:#x}")
+}
+
+/// `auto` or decimal.
+pub(super) fn show_every(value: Option<u32>) -> String {
+    value.map_or_else(|| "auto".into(), |n| n.to_string())
 }
 
 /// Decimal.

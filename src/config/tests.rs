@@ -29,7 +29,8 @@ fn defaults() {
             telemetry_enable: true,
             interval: Duration::from_secs(5),
             regression_mode: Mode::Avg,
-            event_mask: 0x1E,
+            event_mask: 0x5E,
+            kernel_ch_every: None,
             capacity: 100_000,
             count_trigger: 50_000,
             export: Export {
@@ -159,7 +160,25 @@ fn event_mask() {
         "inf",
         "3 0",
     ] {
-        assert_rejected(EVENT_MASK, value, "0x1e");
+        assert_rejected(EVENT_MASK, value, "0x5e");
+    }
+}
+
+#[test]
+fn kernel_ch_every() {
+    for (value, expected) in [
+        ("auto", None),
+        ("AUTO", None),
+        ("1", Some(1)),
+        ("0x10", Some(16)),
+        ("1000", Some(1000)),
+    ] {
+        let (config, warnings) = load(&[(KERNEL_CH_EVERY, value)]);
+        assert!(warnings.is_empty(), "{value}: {warnings:?}");
+        assert_eq!(config.kernel_ch_every, expected, "{value}");
+    }
+    for value in ["0", "1001", "-1", "half", "0.5"] {
+        assert_rejected(KERNEL_CH_EVERY, value, "auto");
     }
 }
 
@@ -231,6 +250,7 @@ fn describe_round_trips() {
         (TELEMETRY_INTERVAL_SEC, "0.5"),
         (LINEAR_REGRESSION_MODE, "MIN"),
         (EVENT_MASK, "0x65e"),
+        (KERNEL_CH_EVERY, "4"),
         (WINDOW_CAPACITY, "4096"),
         (EXPORTER, "file"),
         (otel::ENDPOINT, "http://collector:4318/"),

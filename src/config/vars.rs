@@ -13,6 +13,8 @@ pub const TELEMETRY_INTERVAL_SEC: &str = "NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_
 pub const LINEAR_REGRESSION_MODE: &str = "NCCL_PROFILER_LINEAR_REGRESSION_MODE";
 /// Event bits (spec 2.2) stored into NCCL's activation mask.
 pub const EVENT_MASK: &str = "NCCL_PROFILE_EVENT_MASK";
+/// KernelCh requested for one part in N of each telemetry interval: `auto` or 1..=1000.
+pub const KERNEL_CH_EVERY: &str = "NCCL_PROFILER_OTEL_KERNEL_CH_EVERY";
 /// Record slots per window.
 pub const WINDOW_CAPACITY: &str = "NCCL_PROFILER_OTEL_WINDOW_CAPACITY";
 /// Records in a window that make the telemetry thread close it early.
@@ -33,12 +35,13 @@ pub const CARDINALITY_LIMIT: &str = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT";
 
 /// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order [`Config::describe`]
 /// prints them.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     ENABLE,
     TELEMETRY_ENABLE,
     TELEMETRY_INTERVAL_SEC,
     LINEAR_REGRESSION_MODE,
     EVENT_MASK,
+    KERNEL_CH_EVERY,
     WINDOW_CAPACITY,
     WINDOW_COUNT_TRIGGER,
     EXPORTER,

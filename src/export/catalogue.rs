@@ -246,6 +246,7 @@ pub(super) struct Instruments {
     pub(super) export_failures: Counter<u64>,
     pub(super) export_dropped: Counter<u64>,
     pub(super) cardinality_overflow: Counter<u64>,
+    pub(super) kernel_ch_duty: Fresh<f64>,
 }
 
 fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Counter<u64> {
@@ -443,6 +444,12 @@ impl Instruments {
                 "nccl.profiler.cardinality.overflow",
                 "{measurement}",
                 "Measurements recorded into the overflow series, by metric family",
+            ),
+            kernel_ch_duty: gauge(
+                meter,
+                "nccl.profiler.kernel_ch.duty",
+                "1",
+                "Fraction of the time the plugin requests KernelCh events: GPU-time figures are a sample of this fraction of operations",
             ),
         }
     }

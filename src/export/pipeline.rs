@@ -233,6 +233,7 @@ impl Pipeline {
             &i.link_r2,
             &i.link_throughput,
             &i.channel_latency,
+            &i.kernel_ch_duty,
         ] {
             fresh.clear();
         }
@@ -306,6 +307,9 @@ impl Pipeline {
         i.events_rejected.add(d[5], &reason("pxn_unmatched"));
         i.events_declined.add(d[6], &[]);
         i.pxn_ops.add(d[7], &[]);
+        if let Some(duty) = own.kernel_ch_duty {
+            i.kernel_ch_duty.record(duty, &[]);
+        }
 
         let stats = queue::stats();
         let export = [stats.failures, stats.dropped, own.windows_dropped, stats.exported];
@@ -503,6 +507,7 @@ mod tests {
         let own = SelfTelemetry {
             stats: crate::stats::STATS.snapshot(),
             windows_dropped: 0,
+            kernel_ch_duty: None,
             comms: Vec::new(),
         };
         p.record(&summary(vec![link]));

@@ -4,23 +4,27 @@
 //! Called on: NCCL's init thread, the thread freeing a communicator, the exiting thread.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::Ordering;
+use std::time::SystemTime;
 
 use super::events::{OWN_PID, local};
 use super::guard::guarded;
+use crate::activation::{self, Plan};
 use crate::aggregate::CommMeta;
 use crate::bindings::{ncclDebugLogger_t, ncclResult_t};
 use crate::comm::{self, Comm};
 use crate::config::Config;
+use crate::nccl_version;
 use crate::record::handle::Context;
 use crate::{clock, export, nccl_log, telemetry};
 
-/// Version-neutral `init`: returns the context value and activation mask, or `None` to leave the
-/// communicator unprofiled (NULL context, success). In a forked child of a profiled process the
-/// plugin is inert: no lock, no log, no thread (the parent's threads and lock owners are gone).
-pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t) -> Option<(u64, i32)> {
+/// Version-neutral `init`: returns the context value, having stored the activation mask due now
+/// into `mask` (NCCL's process-wide mask, or NULL), or `None` to leave the communicator
+/// unprofiled (NULL context, success, mask untouched). In a forked child of a profiled process
+/// the plugin is inert: no lock, no log, no thread (the parent's threads and lock owners are gone).
+pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int) -> Option<u64> {
     if telemetry::forked() {
         return None;
     }
@@ -47,7 +51,28 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t) -> Option<(u64, i32
         tracing::warn!("no communicator slot or memory left; this communicator is not profiled");
         return None;
     };
-    Some((Context::new(id, hash).encode(), config.event_mask))
+    activation::attach(mask, || plan(config, logfn), SystemTime::now());
+    Some(Context::new(id, hash).encode())
+}
+
+/// The process's activation plan, made at its first profiled `init` and logged: KernelCh's duty
+/// is `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the NCCL release found.
+fn plan(config: &Config, logfn: ncclDebugLogger_t) -> Plan {
+    let nccl = nccl_version::detect(logfn);
+    let plan = Plan {
+        mask: config.event_mask,
+        every: config
+            .kernel_ch_every
+            .unwrap_or_else(|| activation::default_every(nccl)),
+        period: config.interval,
+    };
+    let release = nccl.map_or_else(|| "NCCL of unknown release".to_owned(), |v| format!("NCCL {v}"));
+    tracing::info!(
+        "{release}: activation mask {:#x}, KernelCh (GPU times) requested {:.0} % of the time",
+        plan.mask,
+        plan.duty() * 100.0
+    );
+    plan
 }
 
 pub(super) unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
@@ -62,7 +87,7 @@ pub(super) unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
         if let Some(summaries) = comm.finalize(id, clock::secs_per_tick()) {
             telemetry::deliver(&summaries);
         }
-        if !comm::all().any(Comm::is_live) {
+        if activation::detach(|| !comm::all().any(Comm::is_live)) {
             // The last communicator: export what is left, waiting at most the export timeout
             // even when the collector hangs, and not at all while exports are failing.
             telemetry::flush(telemetry::flush_deadline(), false, telemetry::Wait::IfHealthy);

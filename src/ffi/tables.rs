@@ -4,7 +4,6 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::events::{UNTIMED, record_event_state, start_event, stop_event};
 use super::guard::guarded;
@@ -64,14 +63,11 @@ unsafe extern "C" fn init_v4(
             nranks,
             nnodes: n_nodes,
         };
-        let Some((ctx, mask)) = init(meta, logfn) else { return };
+        let Some(ctx) = init(meta, logfn, activation_mask) else {
+            return;
+        };
         // SAFETY: `context` was checked non-NULL above.
         unsafe { *context = ctx as *mut c_void };
-        if !activation_mask.is_null() {
-            // SAFETY: NCCL passes the address of its process-wide mask `int`, which it reads with
-            // relaxed atomic loads; it is aligned and lives as long as libnccl.
-            unsafe { AtomicI32::from_ptr(activation_mask) }.store(mask, Ordering::Relaxed);
-        }
     })
 }
 

@@ -76,6 +76,8 @@ pub struct SelfTelemetry {
     pub stats: Snapshot,
     /// Window summaries dropped from the full inbox.
     pub windows_dropped: u64,
+    /// The fraction of time KernelCh is requested ([`crate::activation::duty`]).
+    pub kernel_ch_duty: Option<f64>,
     /// Every communicator slot allocated so far, in slot order.
     pub comms: Vec<CommDrops>,
 }

@@ -1,18 +1,19 @@
 //! The telemetry thread: one per process, started by the first `init`, never stopped. Every
-//! [`TICK`] (or at once on a flush request) it polls every communicator, delivers the summaries to
-//! the sinks and drives the export [`Pipeline`]. Called on: NCCL's init thread ([`start`]); any
+//! [`TICK`] (or at once on a flush request) it applies KernelCh's duty cycle to the activation
+//! mask, polls every communicator, delivers the summaries to the sinks and drives the export
+//! [`Pipeline`]. Called on: NCCL's init thread ([`start`]); any
 //! thread ([`forked`], [`running`]).
 #![forbid(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::inbox::{self, Inbox};
 use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, sink};
 use crate::stats::STATS;
-use crate::{clock, comm};
+use crate::{activation, clock, comm};
 
 /// How often the thread looks at the windows (close triggers are checked at this granularity).
 pub const TICK: Duration = Duration::from_millis(10);
@@ -64,6 +65,7 @@ fn run(build: Option<BuildPipeline>) {
         let mut seq = None;
         let pass = catch_unwind(AssertUnwindSafe(|| {
             let now = Instant::now();
+            activation::tick(SystemTime::now());
             poll_all(now);
             if request.is_some_and(|r| r.drain_live) {
                 drain_live();
@@ -120,6 +122,7 @@ fn self_telemetry() -> SelfTelemetry {
     SelfTelemetry {
         stats: STATS.snapshot(),
         windows_dropped: inbox::windows_dropped(),
+        kernel_ch_duty: activation::duty(),
         comms,
     }
 }

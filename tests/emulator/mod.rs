@@ -15,6 +15,8 @@
 //! - [`workload`]: communicators, the calls each one issues per iteration, and the threads
 //!   that issue them: per emulated rank one user thread (init, Group/Coll/P2p, finalize), per
 //!   communicator and rank one proxy thread (ProxyOp, ProxyStep, KernelCh, ProxyCtrl).
+//! - [`release`]: the NCCL release it claims to be (`ncclGetVersion`), 2.30.7 unless a test
+//!   sets another.
 //! - [`truth`]: what the emulator itself measured and configured, to compare with what the
 //!   plugin reports.
 //!
@@ -56,6 +58,7 @@ pub mod logger;
 pub mod net;
 pub mod plugin;
 mod proxy;
+pub mod release;
 pub mod time;
 pub mod truth;
 pub mod workload;

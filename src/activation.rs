@@ -1,0 +1,264 @@
+//! NCCL's process-wide activation mask (spec 3.2) and the duty cycle of KernelCh.
+//!
+//! Every `init` passes the address of NCCL's one mask `int`; [`attach`] keeps it and stores the
+//! mask due now. When KernelCh is sampled ([`Plan::every`] > 1), it is requested during the first
+//! `1/every` of each telemetry interval, aligned on the wall clock so that every rank of a job
+//! samples the same operations, and the telemetry thread's [`tick`] toggles bit 6 and nothing
+//! else (the Coll/P2p bits never change: NCCL double-stops stale API handles when they do, spec
+//! 4.2). NCCL samples the mask at each API call, so an operation keeps the mask of its enqueue
+//! and a captured CUDA graph that of its capture. A value in the mask that the plugin did not
+//! write (NCCL's RAS override, spec 7.3.4) stops the toggling until the next `init`, with one
+//! WARN per process. After the last `finalize`, [`detach`] forgets the address: libnccl may be
+//! unloaded. Called on: NCCL's init thread ([`attach`]), the thread of the last `finalize`
+//! ([`detach`]), the telemetry thread ([`tick`], [`duty`]); never the hot path.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+
+use crate::nccl_version::NcclVersion;
+
+/// The KernelCh bit (`ncclProfileKernelCh`).
+pub const KERNEL_CH: i32 = 0x40;
+
+/// The shortest time KernelCh is requested at a stretch: the telemetry thread toggles it on
+/// 10 ms ticks, so shorter stretches would not be the fraction they claim.
+const MIN_ON: Duration = Duration::from_millis(100);
+
+/// How often KernelCh is requested: a part in `every` of each telemetry interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The configured mask (`NCCL_PROFILE_EVENT_MASK`).
+    pub mask: i32,
+    /// `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY`, or [`default_every`] of the running NCCL.
+    pub every: u32,
+    /// The telemetry interval.
+    pub period: Duration,
+}
+
+impl Plan {
+    /// Whether KernelCh is toggled at all: the mask has it and it is not always on.
+    fn samples(&self) -> bool {
+        self.mask & KERNEL_CH != 0 && self.every > 1
+    }
+
+    /// How long KernelCh is requested per period: `period / every`, at least [`MIN_ON`].
+    fn on_time(&self) -> Duration {
+        (self.period / self.every.max(1)).max(MIN_ON).min(self.period)
+    }
+
+    /// The fraction of time KernelCh is requested: 0 without it in the mask.
+    pub fn duty(&self) -> f64 {
+        match (self.mask & KERNEL_CH != 0, self.samples()) {
+            (false, _) => 0.0,
+            (true, false) => 1.0,
+            (true, true) => self.on_time().as_secs_f64() / self.period.as_secs_f64(),
+        }
+    }
+
+    /// The mask due at wall-clock time `now`.
+    pub fn due(&self, now: SystemTime) -> i32 {
+        if !self.samples() {
+            return self.mask;
+        }
+        let since = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let phase = since.as_nanos() % self.period.as_nanos().max(1);
+        if phase < self.on_time().as_nanos() {
+            self.mask
+        } else {
+            self.mask & !KERNEL_CH
+        }
+    }
+}
+
+/// KernelCh's default duty: always on before NCCL 2.31, where it costs about 0.4–1 % of GPU time;
+/// one part in 10 from 2.31, where it costs 4–13 % (NVIDIA/nccl#2355), and when the release is
+/// unknown.
+pub fn default_every(nccl: Option<NcclVersion>) -> u32 {
+    match nccl {
+        Some(v) if v < NcclVersion::V2_31 => 1,
+        _ => 10,
+    }
+}
+
+/// NCCL's mask `int`, kept while a communicator lives.
+struct NcclMask(*mut c_int);
+
+// SAFETY: the pointer is only used under `STATE`'s lock, as an atomic int (NCCL reads it with
+// relaxed atomic loads from any thread), and only between an `init` and the last `finalize`.
+unsafe impl Send for NcclMask {}
+
+impl NcclMask {
+    fn cell(&self) -> &AtomicI32 {
+        // SAFETY: NCCL's `init` contract: an aligned `int` that NCCL reads atomically and that
+        // lives as long as libnccl, which stays loaded until after the last `finalize` (`detach`
+        // drops this pointer then).
+        unsafe { AtomicI32::from_ptr(self.0) }
+    }
+}
+
+struct State {
+    mask: Option<NcclMask>,
+    plan: Option<Plan>,
+    /// The last value stored through `mask`.
+    written: i32,
+    /// Someone else wrote the mask since; toggling waits for the next `init`.
+    overridden: bool,
+    warned: bool,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    mask: None,
+    plan: None,
+    written: 0,
+    overridden: false,
+    warned: false,
+});
+
+/// At `init`: keeps NCCL's mask address (when not NULL) and stores the mask due now. The first
+/// call fixes the process's plan with `plan` (later calls reuse it) and logs it. Returns the
+/// mask due.
+pub fn attach(mask: *mut c_int, plan: impl FnOnce() -> Plan, now: SystemTime) -> i32 {
+    let mut state = STATE.lock();
+    let plan = *state.plan.get_or_insert_with(plan);
+    let due = plan.due(now);
+    if !mask.is_null() {
+        let mask = NcclMask(mask);
+        mask.cell().store(due, Ordering::Relaxed);
+        state.mask = Some(mask);
+        state.written = due;
+        state.overridden = false;
+    }
+    due
+}
+
+/// At a `finalize`: forgets NCCL's mask address when `last` says no communicator lives (checked
+/// under the lock, so an `init` racing with it keeps its address). Returns `last`'s answer.
+pub fn detach(last: impl FnOnce() -> bool) -> bool {
+    let mut state = STATE.lock();
+    let last = last();
+    if last {
+        state.mask = None;
+    }
+    last
+}
+
+/// On the telemetry thread, every tick: stores the mask due at `now` when it differs from the
+/// last one stored, unless someone else changed the mask since.
+pub fn tick(now: SystemTime) {
+    let mut state = STATE.lock();
+    let Some(plan) = state.plan.filter(|p| p.samples()) else {
+        return;
+    };
+    let due = plan.due(now);
+    if state.overridden || due == state.written {
+        return;
+    }
+    let Some(cell) = state.mask.as_ref().map(NcclMask::cell) else {
+        return;
+    };
+    let found = cell.load(Ordering::Relaxed);
+    if found == state.written {
+        cell.store(due, Ordering::Relaxed);
+        state.written = due;
+        return;
+    }
+    state.overridden = true;
+    let (written, warn) = (state.written, !std::mem::replace(&mut state.warned, true));
+    drop(state);
+    if warn {
+        tracing::warn!(
+            "NCCL's activation mask is {found:#x}, not the {written:#x} the plugin stored (NCCL's RAS may have set it): KernelCh sampling stops until the next init and the mask is left as it is"
+        );
+    }
+}
+
+/// The fraction of time KernelCh is requested, for the gauge that marks GPU-time figures as a
+/// sample: the plan's duty, or, while someone else's mask is in force, whether it has KernelCh.
+/// `None` before the first `init`, or when an overriding mask cannot be read any more.
+pub fn duty() -> Option<f64> {
+    let state = STATE.lock();
+    let plan = state.plan?;
+    if !state.overridden {
+        return Some(plan.duty());
+    }
+    let mask = state.mask.as_ref()?.cell().load(Ordering::Relaxed);
+    Some(if mask & KERNEL_CH != 0 { 1.0 } else { 0.0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: f64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs)
+    }
+
+    const SAMPLED: Plan = Plan {
+        mask: 0x5e,
+        every: 10,
+        period: Duration::from_secs(5),
+    };
+
+    #[test]
+    fn kernel_ch_is_due_in_the_first_part_of_each_period_only() {
+        assert_eq!(SAMPLED.due(at(1000.0)), 0x5e);
+        assert_eq!(SAMPLED.due(at(1000.49)), 0x5e);
+        assert_eq!(SAMPLED.due(at(1000.51)), 0x1e);
+        assert_eq!(SAMPLED.due(at(1004.99)), 0x1e);
+        assert_eq!(SAMPLED.due(at(1005.01)), 0x5e);
+        assert!((SAMPLED.duty() - 0.1).abs() < 1e-12);
+        let short = Plan {
+            period: Duration::from_millis(500),
+            ..SAMPLED
+        };
+        assert!((short.duty() - 0.2).abs() < 1e-12, "at least 100 ms on");
+        let always = Plan { every: 1, ..SAMPLED };
+        assert_eq!((always.due(at(1000.7)), always.duty()), (0x5e, 1.0));
+        let without = Plan { mask: 0x1e, ..SAMPLED };
+        assert_eq!((without.due(at(1000.0)), without.duty()), (0x1e, 0.0));
+    }
+
+    #[test]
+    fn the_default_duty_follows_nccls_kernel_ch_cost() {
+        assert_eq!(default_every(Some(NcclVersion::new(2, 30, 7))), 1);
+        assert_eq!(default_every(Some(NcclVersion::new(2, 23, 4))), 1);
+        assert_eq!(default_every(Some(NcclVersion::new(2, 31, 2))), 10);
+        assert_eq!(default_every(None), 10);
+    }
+
+    /// The only test touching the process-wide state: the mask toggles, stops toggling on a
+    /// foreign value, resumes at the next attach and is forgotten at the last finalize.
+    #[test]
+    fn toggles_only_kernel_ch_and_yields_to_a_foreign_mask() {
+        let nccl = Box::new(AtomicI32::new(0));
+        let ptr = nccl.as_ptr();
+        assert_eq!(attach(ptr, || SAMPLED, at(1000.0)), 0x5e);
+        assert_eq!(attach(ptr, || unreachable!("the plan is fixed"), at(1000.0)), 0x5e);
+        tick(at(1000.6));
+        assert_eq!(nccl.load(Ordering::Relaxed), 0x1e);
+        tick(at(1005.0));
+        assert_eq!(nccl.load(Ordering::Relaxed), 0x5e);
+        assert_eq!(duty(), Some(0.1));
+
+        nccl.store(0x2, Ordering::Relaxed); // RAS
+        tick(at(1005.6));
+        assert_eq!(nccl.load(Ordering::Relaxed), 0x2, "left as it is");
+        assert_eq!(duty(), Some(0.0));
+        tick(at(1010.0));
+        assert_eq!(nccl.load(Ordering::Relaxed), 0x2);
+
+        assert_eq!(attach(ptr, || SAMPLED, at(1010.7)), 0x1e);
+        tick(at(1015.0));
+        assert_eq!(nccl.load(Ordering::Relaxed), 0x5e, "toggling again after init");
+        detach(|| true);
+        tick(at(1015.6));
+        assert_eq!(
+            nccl.load(Ordering::Relaxed),
+            0x5e,
+            "not touched after the last finalize"
+        );
+    }
+}
