@@ -1,6 +1,7 @@
 //! Aggregation throughput: one full window of 100,000 records through `aggregate::summarize`,
 //! against a plain pass over the same records (read every record, branch on its kind) in the
-//! same run.
+//! same run; then the cost of recording that window's summary into the export pipeline's SDK
+//! instruments (the telemetry thread's other per-window work).
 //!
 //! The window is what the plugin records for ring AllReduces on 8 ranks over 2 channels: per
 //! collective a Coll start and stop, and per channel a ProxyOp (start, InProgress is not
@@ -9,12 +10,15 @@
 //! the plugin mints them (the slot of the start record).
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use nccl_profiler_otel::aggregate::{CommMeta, Frontier, OpenOps, Sealed, WindowId, WindowSummary, summarize};
+use nccl_profiler_otel::config::{Config, Export, Exporter};
+use nccl_profiler_otel::export::pipeline::Pipeline;
 use nccl_profiler_otel::record::handle::{CommId, Handle, Kind};
 use nccl_profiler_otel::record::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart, Record};
+use nccl_profiler_otel::telemetry::{self, SelfTelemetry};
 
 const RECORDS: usize = 100_000;
 const WINDOW: WindowId = WindowId {
@@ -214,6 +218,15 @@ fn bench(c: &mut Criterion) {
     let sum = median(&|| {
         black_box(summarize_all(black_box(&records), &meta));
     });
+    // The same window's summary recorded into the export pipeline's SDK instruments, as the
+    // telemetry thread does next (file exporter; no interval ends, so nothing is collected).
+    let pipeline = std::cell::RefCell::new(export_pipeline());
+    let summary = summarize_all(&records, &meta);
+    let record = median(&|| {
+        let mut p = pipeline.borrow_mut();
+        let summaries = std::slice::from_ref(&summary);
+        telemetry::Pipeline::tick(&mut *p, Instant::now(), false, summaries, &SelfTelemetry::default);
+    });
     println!();
     println!(
         "aggregate: {RECORDS} records: summarize {:.2} ms = {:.1} M records/s; plain pass {:.3} ms = {:.0} M records/s; ratio {:.1}x",
@@ -223,6 +236,25 @@ fn bench(c: &mut Criterion) {
         RECORDS as f64 / base / 1e6,
         sum / base
     );
+    println!(
+        "aggregate: recording its summary into the SDK {:.2} ms = {:.1} M records/s; summarize and record {:.1} M records/s",
+        record * 1e3,
+        RECORDS as f64 / record / 1e6,
+        RECORDS as f64 / (sum + record) / 1e6
+    );
+}
+
+/// An export pipeline writing OTLP-JSON lines to `/dev/null`.
+fn export_pipeline() -> Pipeline {
+    let config: &'static Config = Box::leak(Box::new(Config {
+        export: Export {
+            exporter: Exporter::File,
+            file: "/dev/null".into(),
+            ..Config::default().export
+        },
+        ..Config::default()
+    }));
+    Pipeline::new(config, Instant::now()).expect("the file exporter makes a pipeline")
 }
 
 fn config() -> Criterion {

@@ -476,33 +476,42 @@ fn time_trigger_and_grace_period_bound_a_window() {
     finalize(p, &c);
 }
 
+/// With the telemetry thread off nothing is processed: the first window switches to the standby
+/// window armed at `init` when it holds `COUNT_TRIGGER` records, and the second, with no standby
+/// left, takes new events up to 3/4 of its capacity; the rest is kept for their children and
+/// stops. Every record that finds no room is counted, nothing waits.
 #[test]
 fn a_full_window_drops_and_counts_without_waiting() {
     let (p, _) = setup();
     let c = new_comm(p, 0, 2);
-    // New events may take 3/4 of a window; the rest is kept for their children and stops.
-    let roots = (CAPACITY as usize) * 3 / 4;
-    let handles: Vec<H> = (0..CAPACITY as usize)
+    let (cap, trigger) = (CAPACITY as usize, COUNT_TRIGGER as usize);
+    let roots = cap * 3 / 4;
+    let handles: Vec<H> = (0..2 * cap)
         .map(|i| p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, i as u64))
         .collect();
     let accepted: Vec<H> = handles.iter().copied().filter(|h| !h.is_null()).collect();
-    assert_eq!(accepted.len(), roots);
-    // Children of accepted events still fit, up to the capacity; then drops are counted.
+    assert_eq!(accepted.len(), trigger + roots);
+    // Children of accepted events still fit in their parent's window, up to its capacity; then
+    // drops are counted (the current window has no room for new events either).
     let ops: Vec<H> = accepted
         .iter()
         .map(|&coll| p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true))
         .collect();
-    assert_eq!(ops.iter().filter(|h| !h.is_null()).count(), CAPACITY as usize - roots);
-    accepted.iter().for_each(|&h| p.stop(h)); // no room left: counted
+    let fitted = trigger.min(cap - trigger) + roots.min(cap - roots);
+    assert_eq!(ops.iter().filter(|h| !h.is_null()).count(), fitted);
+    // The first window still has room for its stops, the second none: counted.
+    accepted.iter().for_each(|&h| p.stop(h));
     let comm = comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap();
-    let (cap, roots) = (u64::from(CAPACITY), roots as u64);
-    let (root_drops, op_drops, stop_drops) = (cap - roots, roots - (cap - roots), roots);
-    assert_eq!(comm.drop_counts().full, root_drops + op_drops + stop_drops);
+    let (root_drops, op_drops, stop_drops) = (2 * cap - accepted.len(), accepted.len() - fitted, roots);
+    assert_eq!(comm.drop_counts().full, (root_drops + op_drops + stop_drops) as u64);
     let s = finalize(p, &c);
-    assert_eq!(s.iter().map(|w| w.stats.records).sum::<u64>(), u64::from(CAPACITY));
-    // Children that found no room: their collectives' times are withheld, not short.
+    assert_eq!(
+        s.iter().map(|w| w.stats.records).sum::<u64>(),
+        (cap + 3 * trigger) as u64
+    );
+    // Children that found no room (and ops never stopped): times withheld, not short.
     let ops = s.iter().flat_map(|w| &w.colls).flat_map(|g| &g.ops);
-    assert!(ops.clone().count() == roots as usize && ops.clone().all(|o| o.duration.is_none() && o.gpu.is_none()));
+    assert!(ops.clone().count() == accepted.len() && ops.clone().all(|o| o.duration.is_none() && o.gpu.is_none()));
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Comm, LIVE, LOST, SETTLE, WINDOWS};
+use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS};
 use crate::aggregate::{CommMeta, Frontier, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
 use crate::buffer::window::{Window, WindowState};
 use crate::config::Config;
@@ -28,8 +28,7 @@ pub(super) struct Track {
     seq: u64,
     /// Published records already scanned while CLOSING.
     scanned: u32,
-    /// Events started and not yet stopped among the scanned records, plus KernelCh expected
-    /// under scanned collectives.
+    /// Events started and not yet stopped among the scanned records.
     open: i64,
     /// Start slots seen (bit per slot), so only real starts count and only their first stop.
     started: Vec<u64>,
@@ -43,7 +42,8 @@ pub(super) struct Consumer {
     meta: CommMeta,
     tracks: [Track; WINDOWS],
     interval: Duration,
-    count_trigger: u64,
+    /// The current window as the consumer last saw it (producers may have switched since).
+    current: usize,
     /// Operations still open across windows.
     open: OpenOps,
     /// Sequence number of the next window to open.
@@ -63,18 +63,17 @@ impl Consumer {
             },
             tracks: std::array::from_fn(|_| Track::new(Instant::now())),
             interval: config.interval,
-            count_trigger: u64::from(config.count_trigger),
+            current: 0,
             open: OpenOps::new(pending_ttl(config)),
             next_seq: 1,
         }
     }
 
-    /// Starts over for a newly registered communicator; the count trigger is capped at
-    /// `root_limit`, the claims new events may take.
-    pub(super) fn reset(&mut self, meta: CommMeta, config: &Config, root_limit: u64) {
+    /// Starts over for a newly registered communicator, window 0 current.
+    pub(super) fn reset(&mut self, meta: CommMeta, config: &Config) {
         self.tracks = std::array::from_fn(|_| Track::new(Instant::now()));
         self.interval = config.interval;
-        self.count_trigger = u64::from(config.count_trigger).min(root_limit);
+        self.current = 0;
         self.open = OpenOps::new(pending_ttl(config));
         self.next_seq = 1;
         self.meta = meta;
@@ -155,6 +154,25 @@ impl Comm {
         summaries
     }
 
+    /// Closes the current window if its count or time trigger is due (as [`Comm::poll`] does
+    /// first), without processing anything. Called on: the telemetry thread.
+    pub fn rotate(&self, now: Instant) {
+        let mut c = self.consumer.lock();
+        if self.is_live() {
+            self.rotate_if_due(&mut c, now);
+        }
+    }
+
+    /// Whether the current window holds half the count trigger or more: records arrive fast
+    /// enough that the telemetry thread should look again soon, before the
+    /// window fills past the trigger into the headroom kept for children and stops
+    /// ([`super::BUSY_TICK`]).
+    /// Called on: the telemetry thread.
+    pub fn busy(&self) -> bool {
+        let cur = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
+        self.is_live() && 2 * self.windows[cur].claimed() >= self.count_trigger
+    }
+
     /// Marks the communicator finalized (later callbacks with its handles are stale) and
     /// processes every window that holds records, oldest first, unfinished events included, and
     /// every operation still held. Returns `None` when `id` is not live. Called on: the thread
@@ -183,6 +201,8 @@ impl Comm {
         let summaries = self.process_all(&mut c, secs_per_tick);
         if let Some(next) = (0..WINDOWS).find(|&i| self.windows[i].open()) {
             self.make_current(&mut c, next, Instant::now());
+            self.current.store(next as u8, Ordering::Relaxed);
+            self.arm(&c);
         }
         summaries
     }
@@ -190,6 +210,14 @@ impl Comm {
     /// Processes every FILLING or CLOSING window, oldest first, then releases the whole table of
     /// open operations.
     fn process_all(&self, c: &mut Consumer, secs_per_tick: f64) -> Vec<WindowSummary> {
+        // The armed standby (or an orphan of a race) holds nothing: back to READY, unreported.
+        self.standby.store(NONE, Ordering::Relaxed);
+        let current = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
+        for (i, w) in self.windows.iter().enumerate() {
+            if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
+                w.reset(0);
+            }
+        }
         let mut order: Vec<usize> = (0..WINDOWS)
             .filter(|&i| matches!(self.windows[i].state(), WindowState::Filling | WindowState::Closing))
             .collect();
@@ -217,48 +245,83 @@ impl Comm {
             .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire);
     }
 
+    /// Catches up with switches of the current window, closes it on the count or time trigger
+    /// (switching to the standby window), and arms a standby window when there is none.
     fn rotate_if_due(&self, c: &mut Consumer, now: Instant) {
-        let cur = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
-        let window = &self.windows[cur];
-        let claimed = window.claimed();
+        self.notice(c, now);
+        let cur = c.current;
+        let claimed = self.windows[cur].claimed();
         let due = now.saturating_duration_since(c.tracks[cur].since) >= c.interval;
         if claimed == 0 && due {
             c.tracks[cur].since = now;
         }
-        if !(claimed >= c.count_trigger || claimed > 0 && due) {
-            return;
+        if claimed >= self.count_trigger || claimed > 0 && due {
+            // Without a standby (no READY window) the current one keeps filling (until full:
+            // drops are counted).
+            self.arm(c);
+            if self.switch_to_standby(cur as u8) {
+                self.notice(c, now);
+            }
         }
-        // Without a READY window the current one keeps filling (until full: drops are counted).
-        let Some(next) = (1..WINDOWS)
-            .map(|k| (cur + k) % WINDOWS)
-            .find(|&i| self.windows[i].open())
-        else {
-            return;
-        };
-        self.make_current(c, next, now);
-        window.close();
-        c.tracks[cur] = Track {
-            seq: c.tracks[cur].seq,
-            ..Track::new(now)
-        };
+        self.arm(c);
     }
 
-    /// Makes the just opened window `next` the one new events go to, numbered as the next cycle.
+    /// Catches up with a switch of the current window a producer (or [`Comm::rotate_if_due`])
+    /// made: numbers the new current window as the next cycle and closes every other FILLING
+    /// window that holds records (the one it replaced and, after a race, any skipped one).
+    fn notice(&self, c: &mut Consumer, now: Instant) {
+        let cur = usize::from(self.current.load(Ordering::Acquire)) % WINDOWS;
+        if cur == c.current {
+            return;
+        }
+        self.make_current(c, cur, now);
+        for (i, window) in self.windows.iter().enumerate() {
+            if i != cur && window.state() == WindowState::Filling && window.claimed() > 0 {
+                window.close();
+                c.tracks[i] = Track {
+                    seq: c.tracks[i].seq,
+                    ..Track::new(now)
+                };
+            }
+        }
+    }
+
+    /// Arms a standby window for producers to switch to, when none is: an opened empty window
+    /// nobody points at (left by a race), else a READY one, opened now.
+    pub(super) fn arm(&self, c: &Consumer) {
+        if self.standby.load(Ordering::Acquire) != NONE {
+            return;
+        }
+        let current = usize::from(self.current.load(Ordering::Acquire)) % WINDOWS;
+        let others = || {
+            (1..WINDOWS)
+                .map(move |k| (c.current + k) % WINDOWS)
+                .filter(move |&i| i != current)
+        };
+        let armed = others()
+            .find(|&i| self.windows[i].state() == WindowState::Filling && self.windows[i].claimed() == 0)
+            .or_else(|| others().find(|&i| self.windows[i].open()));
+        if let Some(i) = armed {
+            // Release: the window's opening is visible to the producer that takes it.
+            self.standby.store(i as u8, Ordering::Release);
+        }
+    }
+
+    /// Makes `next` the window the consumer knows as current, numbered as the next cycle.
     fn make_current(&self, c: &mut Consumer, next: usize, now: Instant) {
         c.tracks[next] = Track {
             seq: c.next_seq,
             ..Track::new(now)
         };
         c.next_seq += 1;
-        self.current.store(next as u8, Ordering::Relaxed);
+        c.current = next;
     }
 
     /// Where the consumer is at `now`, window `processing` counted as processed: the FILLING
     /// window's sequence number, and the highest one up to which no window can still bring
     /// records (an empty FILLING window brings none).
     fn frontier(&self, c: &Consumer, now: Instant, processing: Option<usize>, flush: bool) -> Frontier {
-        let cur = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
-        let filling = c.tracks[cur].seq;
+        let filling = c.tracks[c.current].seq;
         let unsettled = (0..WINDOWS)
             .filter(|&i| Some(i) != processing)
             .filter(|&i| match self.windows[i].state() {

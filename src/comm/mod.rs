@@ -8,6 +8,8 @@
 //!
 //! Routing: new events go to the current FILLING window, but only up to [`ROOT_SHARE`] of its
 //! capacity, so the events already in it always have room for their children, states and stops.
+//! The root that fills it to the count trigger switches `current` to the standby window the
+//! consumer armed (opened in advance); the consumer closes the old one when it next looks.
 //! Children go to their parent's window while it takes records (a Coll and its ProxyOps and
 //! ProxySteps are processed together), else to the current one, where the consumer's table of
 //! open operations links them; states and stops go to their event's window.
@@ -40,9 +42,16 @@ use consumer::Consumer;
 
 /// Windows per communicator.
 pub const WINDOWS: usize = 4;
+/// [`Comm::standby`] when no window is armed.
+const NONE: u8 = u8::MAX;
 /// A CLOSING window waits at least this long for children of its last roots (a ProxyOp can
 /// start just after its Coll stopped), then until nothing is open, at most the grace period.
 pub const SETTLE: Duration = Duration::from_millis(20);
+/// How soon the telemetry thread looks again at a [`Comm::busy`] communicator: between two looks
+/// a window may take a quarter of its capacity beyond the count trigger (up to the root share)
+/// before new events are dropped, 25,000 records at the default capacity, so 1 ms keeps up with
+/// 25 M records/s per communicator where the usual 10 ms tick keeps up with 2.5 M.
+pub const BUSY_TICK: Duration = Duration::from_millis(1);
 /// Share of a window's capacity open to new events (the rest is headroom for their children,
 /// states and stops); the count trigger is capped to it too.
 pub const ROOT_SHARE: (u64, u64) = (3, 4);
@@ -91,8 +100,16 @@ pub struct Comm {
     hash_tag: AtomicU64,
     /// Index of the FILLING window new roots go to.
     current: AtomicU8,
+    /// Index of an opened, empty window the current one switches to ([`NONE`]: none armed yet).
+    /// The consumer arms it; the first root to claim [`Comm::count_trigger`] slots in the
+    /// current window, or the consumer's own trigger, makes it current, so a busy window never
+    /// waits for the telemetry thread to be scheduled.
+    standby: AtomicU8,
     /// Claims a new event may take in the current window.
     root_limit: u64,
+    /// Claims in the current window that switch it to the standby window: the count trigger,
+    /// at most `root_limit`.
+    count_trigger: u64,
     windows: [Window; WINDOWS],
     /// Per window, `LOST | epoch` when a child of one of its operations was dropped for lack of
     /// room during that epoch: the consumer withholds the times of its operations.
@@ -107,12 +124,15 @@ pub struct Comm {
 impl Comm {
     fn new(index: u16, config: &Config) -> Option<Comm> {
         let w = || Window::new(config.capacity);
+        let root_limit = u64::from(config.capacity) * ROOT_SHARE.0 / ROOT_SHARE.1;
         Some(Comm {
             index,
             state: AtomicU32::new(0),
             hash_tag: AtomicU64::new(0),
             current: AtomicU8::new(0),
-            root_limit: u64::from(config.capacity) * ROOT_SHARE.0 / ROOT_SHARE.1,
+            standby: AtomicU8::new(NONE),
+            root_limit,
+            count_trigger: u64::from(config.count_trigger).min(root_limit),
             windows: [w()?, w()?, w()?, w()?],
             lost: std::array::from_fn(|_| AtomicU32::new(0)),
             lost_held: AtomicBool::new(false),
@@ -126,12 +146,14 @@ impl Comm {
     /// is not live and every window is READY.
     fn activate(&self, c: &mut Consumer, generation: u32, meta: CommMeta, config: &Config) {
         self.hash_tag.store(Context::tag(meta.hash), Ordering::Relaxed);
-        c.reset(meta, config, self.root_limit);
+        c.reset(meta, config);
         self.drops.reset();
         self.lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
         self.lost_held.store(false, Ordering::Relaxed);
         self.windows[0].open();
         self.current.store(0, Ordering::Relaxed);
+        self.standby.store(NONE, Ordering::Relaxed);
+        self.arm(c);
         // Release: everything above is visible to whoever sees the communicator live.
         self.state.store(generation | LIVE, Ordering::Release);
     }

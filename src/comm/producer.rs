@@ -1,13 +1,14 @@
 //! The producer side of a communicator: routing each record to a window, lock-free and
 //! allocation-free. New events go to the current FILLING window up to [`super::ROOT_SHARE`] of its
-//! capacity; children go to their parent's window while it takes records, else to the current
-//! one; states and stops go to their event's window.
+//! capacity; the one that fills it to the count trigger switches to the armed standby window
+//! (two atomics, once per window); children go to their parent's window while it takes records,
+//! else to the current one; states and stops go to their event's window.
 //! Called on: NCCL's user and proxy threads.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::Ordering;
 
-use super::{Comm, LOST};
+use super::{Comm, LOST, NONE};
 use crate::buffer::window::WindowState;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
 use crate::record::{Body, Record};
@@ -19,7 +20,7 @@ impl Comm {
     /// Called on: NCCL user and proxy threads; lock-free, allocation-free.
     #[inline]
     pub fn start(&self, id: CommId, kind: Kind, parent: Option<Handle>, ts: u64, body: Body) -> Option<u64> {
-        let push = |w: u8, limit: u64| {
+        let push = |w: u8, limit: u64| -> Option<(u64, u32)> {
             let window = self.windows.get(usize::from(w)).filter(|win| win.claimed() < limit)?;
             let claim = window.push(|c| Record {
                 id: Handle {
@@ -33,25 +34,36 @@ impl Comm {
                 ts,
                 body,
             })?;
-            Some(
-                Handle {
-                    comm: id,
-                    window: w,
-                    epoch: claim.epoch & EPOCH_MASK,
-                    kind,
-                    slot: claim.slot,
-                }
-                .encode(),
-            )
+            let handle = Handle {
+                comm: id,
+                window: w,
+                epoch: claim.epoch & EPOCH_MASK,
+                kind,
+                slot: claim.slot,
+            };
+            Some((handle.encode(), claim.slot))
         };
         // The parent's window may be full or sealed: then the child goes to the current window,
         // and the consumer's table of open operations links it.
         if let Some(p) = parent.filter(|p| p.comm == id && self.epoch_matches(*p))
-            && let Some(h) = push(p.window, u64::MAX)
+            && let Some((h, _)) = push(p.window, u64::MAX)
         {
             return Some(h);
         }
-        let handle = push(self.current.load(Ordering::Relaxed), self.root_limit);
+        // Relaxed: `push` synchronises with the window's opening through its cursor.
+        let cur = self.current.load(Ordering::Relaxed);
+        let handle = match push(cur, self.root_limit) {
+            Some((h, slot)) => {
+                if u64::from(slot) + 1 >= self.count_trigger {
+                    self.switch_to_standby(cur);
+                }
+                Some(h)
+            }
+            None if self.switch_to_standby(cur) => {
+                push(self.current.load(Ordering::Relaxed), self.root_limit).map(|(h, _)| h)
+            }
+            None => None,
+        };
         if handle.is_none() {
             self.drops.full.fetch_add(1, Ordering::Relaxed);
             if let Some(p) = parent.filter(|p| p.comm == id) {
@@ -59,6 +71,35 @@ impl Comm {
             }
         }
         handle
+    }
+
+    /// Makes the standby window current in place of `cur`, if `cur` still is and a standby is
+    /// armed; returns whether `cur` is no longer current. Called on: NCCL user and proxy
+    /// threads (the root that filled the window to the count trigger), the telemetry thread.
+    #[cold]
+    pub(super) fn switch_to_standby(&self, cur: u8) -> bool {
+        if self.current.load(Ordering::Relaxed) != cur {
+            return true;
+        }
+        // AcqRel: the standby window's opening is visible before it becomes current.
+        let next = self.standby.swap(NONE, Ordering::AcqRel);
+        if next == NONE || next == cur {
+            return false;
+        }
+        match self
+            .current
+            .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => true,
+            Err(_) => {
+                // Switched meanwhile: `next` stays armed (or, if the consumer armed another,
+                // an opened empty window it arms again later).
+                let _ = self
+                    .standby
+                    .compare_exchange(NONE, next, Ordering::AcqRel, Ordering::Relaxed);
+                true
+            }
+        }
     }
 
     /// A child of `parent` was dropped: its times can no longer be complete. Marks the parent's

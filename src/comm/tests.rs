@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Comm, ROOT_SHARE, SETTLE};
+use std::sync::atomic::Ordering;
+
+use super::{Comm, NONE, ROOT_SHARE, SETTLE};
 use crate::aggregate::{CommMeta, WindowSummary};
 use crate::config::Config;
 use crate::record::handle::{CommId, Handle, Kind};
@@ -32,6 +34,12 @@ fn live(capacity: u32) -> (Comm, Instant) {
     };
     comm.activate(&mut comm.consumer.lock(), u32::from(ID.generation), meta, &config);
     (comm, Instant::now())
+}
+
+/// Takes the armed standby window away, as when every other window is still being processed:
+/// the current window then keeps filling.
+fn no_standby(comm: &Comm) {
+    comm.standby.store(NONE, Ordering::Relaxed);
 }
 
 fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
@@ -123,6 +131,7 @@ fn roots_go_to_the_current_window_children_and_stops_to_their_parents() {
 fn new_events_leave_room_for_the_stops_of_those_already_in() {
     let capacity = 16;
     let (comm, _) = live(capacity);
+    no_standby(&comm);
     let limit = u64::from(capacity) * ROOT_SHARE.0 / ROOT_SHARE.1;
     let roots: Vec<Handle> = (0..limit).map(|i| coll(&comm, i).unwrap()).collect();
     assert!(coll(&comm, 99).is_none(), "past the root share a new event is refused");
@@ -211,6 +220,7 @@ fn a_stop_racing_its_window_cycle_is_counted_late() {
 #[test]
 fn a_lost_child_withholds_its_own_window_cycle_only() {
     let (comm, t0) = live(8);
+    no_standby(&comm);
     let c = coll(&comm, 0).unwrap();
     comm.append(c, 1, Body::Stop);
     for _ in 0..3 {
@@ -252,4 +262,30 @@ fn a_stop_after_its_window_was_recycled_is_counted_late() {
     comm.append(c, 1, Body::Stop);
     assert_eq!(comm.drop_counts().late, 1);
     assert_eq!(comm.drop_counts().full, 0);
+}
+
+/// The root that fills the current window to the count trigger switches to the standby window
+/// itself: new events keep finding room while the telemetry thread is not scheduled, and the
+/// consumer closes the old window and arms another when it next looks.
+#[test]
+fn a_window_filled_to_the_trigger_switches_without_the_consumer() {
+    let (comm, t0) = live(16);
+    let trigger = 16 * ROOT_SHARE.0 / ROOT_SHARE.1;
+    let windows: Vec<u8> = (0..trigger - 2)
+        .map(|i| {
+            let h = coll(&comm, i).unwrap();
+            comm.append(h, i + 1, Body::Stop);
+            h.window
+        })
+        .collect();
+    // Start and stop take two slots: the root that claims slot trigger - 1 switches.
+    let first = (trigger as usize).div_ceil(2);
+    assert!(windows[..first].iter().all(|&w| w == 0), "{windows:?}");
+    assert!(windows[first..].iter().all(|&w| w == 1), "{windows:?}");
+    assert_eq!(comm.drop_counts(), Default::default());
+    // The consumer notices: window 0 is closed (and processed once settled), 2 is armed.
+    assert!(no_window(poll(&comm, t0, Duration::from_millis(1))));
+    let done = poll(&comm, t0, SETTLE + Duration::from_millis(1));
+    assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2 * first as u64);
+    assert_eq!(comm.standby.load(Ordering::Relaxed), 2);
 }

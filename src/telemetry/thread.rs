@@ -15,7 +15,8 @@ use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, sink};
 use crate::stats::STATS;
 use crate::{activation, clock, comm};
 
-/// How often the thread looks at the windows (close triggers are checked at this granularity).
+/// How often the thread looks at the windows (close triggers are checked at this granularity),
+/// every [`comm::BUSY_TICK`] while a communicator fills its window fast.
 pub const TICK: Duration = Duration::from_millis(10);
 
 static THREAD: OnceLock<bool> = OnceLock::new();
@@ -60,13 +61,14 @@ pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
 /// counted and the loop goes on.
 fn run(build: Option<BuildPipeline>) {
     let mut pipeline = build.and_then(|build| build(Instant::now()));
+    let mut busy = false;
     loop {
-        let request = flush::next_request(TICK);
+        let request = flush::next_request(if busy { comm::BUSY_TICK } else { TICK });
         let mut seq = None;
         let pass = catch_unwind(AssertUnwindSafe(|| {
             let now = Instant::now();
             activation::tick(SystemTime::now());
-            poll_all(now);
+            busy = poll_all(now);
             if request.is_some_and(|r| r.drain_live) {
                 drain_live();
             }
@@ -85,12 +87,23 @@ fn run(build: Option<BuildPipeline>) {
     }
 }
 
-/// One pass over every communicator.
-fn poll_all(now: Instant) {
+/// One pass over every communicator; returns whether one of them is [`comm::Comm::busy`].
+/// Processing a full window takes milliseconds: after each communicator that processed one,
+/// every communicator's window is closed if due, so that a fast one does not fill its window's
+/// headroom meanwhile.
+fn poll_all(now: Instant) -> bool {
     let secs_per_tick = clock::secs_per_tick();
+    let mut busy = false;
     for comm in comm::all() {
-        sink::deliver(&comm.poll(now, secs_per_tick));
+        let summaries = comm.poll(now, secs_per_tick);
+        if summaries.iter().any(|s| s.stats.records > 0) {
+            let now = Instant::now();
+            comm::all().for_each(|c| c.rotate(now));
+        }
+        sink::deliver(&summaries);
+        busy |= comm.busy();
     }
+    busy
 }
 
 /// Processes every window of the live communicators that holds records, and every operation
