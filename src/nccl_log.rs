@@ -51,6 +51,12 @@ pub fn clear_logger() {
     *LOGGER.write() = None;
 }
 
+/// Whether a logger is kept (for tests of the last `finalize`).
+#[cfg(test)]
+pub(crate) fn logger_set() -> bool {
+    LOGGER.read().is_some()
+}
+
 /// Makes the NCCL forwarder the process-wide `tracing` subscriber. Idempotent and thread-safe;
 /// does nothing if a global default (ours or anyone's) is already set.
 /// Called on: NCCL app thread (`init`).

@@ -24,12 +24,14 @@ mod emulator;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use emulator::{Call, CommSpec, Func, Link, Network, Plugin, Report, Workload};
+use emulator::{Call, CommSpec, Func, Link, Network, Plugin, Proto, Report, Workload};
 use nccl_profiler_otel::aggregate::WindowSummary;
+use nccl_profiler_otel::aggregate::bandwidth::bus_factor;
 use nccl_profiler_otel::aggregate::queue::Queue;
 use nccl_profiler_otel::aggregate::regression::Mode;
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::Config;
+use nccl_profiler_otel::record::Func as PluginFunc;
 use nccl_profiler_otel::telemetry::{self, Sink};
 
 /// A host stall this long can outlast the 50 ms telemetry interval's grace for open events.
@@ -443,6 +445,50 @@ fn collective_durations_match_the_emulator() {
             Err(e) if report.max_late > STALL && attempt < 5 => eprintln!("host stall, again: {e}"),
             Err(e) => panic!("{e}"),
         }
+    }
+}
+
+/// LL, LL128 and Simple, ring and tree, P2P: the plugin's host times (2 % or 20 µs) and GPU
+/// times (exact) against the emulator's for each, counts and sizes exact (samples are matched by
+/// nccl-tests' size), and bus bandwidth with nccl-tests' factors.
+#[test]
+fn protocols_and_patterns_match_the_emulator() {
+    let (_serial, s) = setup();
+    let net = Network::new(4, 2, Link::new_us(40.0, 8.0)).with_jitter(0.02);
+    let b: u64 = 1 << 20;
+    let calls = [
+        Call::all_reduce(b).proto(Proto::Ll),
+        Call::all_reduce(b + 4096).proto(Proto::Ll128),
+        Call::all_reduce(b + 8192),
+        Call::all_reduce(b + 12288).tree(),
+        Call::all_reduce(b + 16384).tree().proto(Proto::Ll128),
+        Call::all_gather(b / 4 + 64).proto(Proto::Ll),
+        Call::send_recv(2, b + 20480),
+    ];
+    let w = Workload::new(net)
+        .comm(CommSpec::new("world", 0..4).channels(2).calls(calls))
+        .iterations(2);
+    for attempt in 1.. {
+        let report = w.run(&s.plugin);
+        match check_durations(s, &report) {
+            Ok((host, gpu)) => {
+                // Per iteration and rank: 7 tasks with kernel channels; the ring's network ops
+                // touch ranks 1, 2, 3 and 0, the tree's every rank but a leaf's other side.
+                eprintln!("checked {host} host and {gpu} GPU times");
+                assert!(host >= 40 && gpu >= 56, "checked {host} host and {gpu} GPU times");
+                break;
+            }
+            Err(e) if report.max_late > STALL && attempt < 5 => eprintln!("host stall, again: {e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // nccl-tests' bus-bandwidth factors (common.cu), written out here, not taken from the plugin.
+    for (func, factor) in [
+        (PluginFunc::AllReduce, 2.0 * 3.0 / 4.0),
+        (PluginFunc::AllGather, 3.0 / 4.0),
+        (PluginFunc::Send, 1.0),
+    ] {
+        assert!((bus_factor(func, 4) - factor).abs() < 1e-12, "{func:?}");
     }
 }
 

@@ -264,9 +264,10 @@ mod tests {
     use crate::aggregate::CommMeta;
     use crate::bindings::ncclSuccess;
     use crate::config::Config;
+    use crate::nccl_log;
 
     #[test]
-    fn a_panic_is_caught_counted_and_disables_the_communicator() {
+    fn a_panic_disables_the_communicator_and_its_last_finalize_still_flushes() {
         clock::init();
         let meta = CommMeta {
             hash: 0xBAD,
@@ -285,5 +286,38 @@ mod tests {
         assert_eq!(rc, ncclSuccess);
         assert_eq!(STATS.panics.get(), before + 1);
         assert!(comm::get(id).is_none(), "the communicator is disabled");
+        // Its `finalize`, the last one, still ends the process's profiling: the flush runs and
+        // NCCL's logger is forgotten (this test is the only one registering communicators).
+        nccl_log::set_logger(Some(fake_logger()));
+        // SAFETY: a context value, as NCCL passes it back.
+        let rc = unsafe { super::super::lifecycle::finalize(context as *mut std::ffi::c_void) };
+        assert_eq!(rc, ncclSuccess);
+        assert!(
+            !nccl_log::logger_set(),
+            "the last finalize ran its end-of-process steps"
+        );
+    }
+
+    /// A logger value that is never called here (nothing logs at WARN in this test).
+    fn fake_logger() -> unsafe extern "C" fn(
+        crate::bindings::ncclDebugLogLevel,
+        std::ffi::c_ulong,
+        *const std::ffi::c_char,
+        std::ffi::c_int,
+        *const std::ffi::c_char,
+        ...
+    ) {
+        unsafe extern "C" fn ignore(
+            _: crate::bindings::ncclDebugLogLevel,
+            _: std::ffi::c_ulong,
+            _: *const std::ffi::c_char,
+            _: std::ffi::c_int,
+            _: *const std::ffi::c_char,
+            _: *const std::ffi::c_char,
+        ) {
+        }
+        // SAFETY: only stored and compared with NULL; on x86_64 and aarch64 a call with six
+        // integer arguments would even pass them as the variadic signature does.
+        unsafe { std::mem::transmute(ignore as unsafe extern "C" fn(_, _, _, _, _, _)) }
     }
 }

@@ -81,10 +81,11 @@ pub(super) unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
         if telemetry::forked() {
             return;
         }
-        let Some((id, comm)) = local(owner, context as u64) else {
-            return;
-        };
-        if let Some(summaries) = comm.finalize(id, clock::secs_per_tick()) {
+        // A communicator disabled by a caught panic has nothing left to process, but when it
+        // is the last one, the others' last interval is still to be exported.
+        if let Some((id, comm)) = local(owner, context as u64)
+            && let Some(summaries) = comm.finalize(id, clock::secs_per_tick())
+        {
             telemetry::deliver(&summaries);
         }
         if activation::detach(|| !comm::all().any(Comm::is_live)) {

@@ -14,7 +14,9 @@
 //!   `latency` later; steps are NCCL's fixed-size chunks per protocol.
 //! - [`workload`]: communicators, the calls each one issues per iteration, and the threads
 //!   that issue them: per emulated rank one user thread (init, Group/Coll/P2p, finalize), per
-//!   communicator and rank one proxy thread (ProxyOp, ProxyStep, KernelCh, ProxyCtrl).
+//!   communicator and rank one proxy thread (ProxyOp, ProxyStep, KernelCh, ProxyCtrl). Ring
+//!   and tree patterns, Simple/LL/LL128 steps; kernel channels start up to `kernel_skew` after
+//!   the launch, each with its own GPU times.
 //! - [`release`]: the NCCL release it claims to be (`ncclGetVersion`), 2.30.7 unless a test
 //!   sets another.
 //! - [`truth`]: what the emulator itself measured and configured, to compare with what the

@@ -144,6 +144,8 @@ struct Op {
 struct Kernel {
     plan: KernelPlan,
     handle: H,
+    /// When this channel's work started: the launch plus its skew.
+    start: Instant,
     gpu_start: u64,
     done: bool,
 }
@@ -438,20 +440,24 @@ impl<'a> Proxy<'a> {
                     }
                 })
                 .collect();
-            let gpu_start = gpu_ns(task.launch, self.opts.gpu_timer_ns);
             let kernels = task
                 .kernels
                 .iter()
-                .map(|&plan| Kernel {
-                    plan,
-                    handle: if mask::kernel_ch(m) {
-                        self.plugin
-                            .kernel_ch(self.comm.context, task.root, plan.channel, gpu_start)
-                    } else {
-                        H::NULL
-                    },
-                    gpu_start,
-                    done: false,
+                .map(|&plan| {
+                    let start = task.launch + channel_skew(task.launch, plan.channel, self.opts.kernel_skew);
+                    let gpu_start = gpu_ns(start, self.opts.gpu_timer_ns);
+                    Kernel {
+                        plan,
+                        handle: if mask::kernel_ch(m) {
+                            self.plugin
+                                .kernel_ch(self.comm.context, task.root, plan.channel, gpu_start)
+                        } else {
+                            H::NULL
+                        },
+                        start,
+                        gpu_start,
+                        done: false,
+                    }
                 })
                 .collect();
             let mut arrivals = Vec::new();
@@ -521,7 +527,7 @@ impl<'a> Proxy<'a> {
                         .filter(|o| o.plan.channel == k.plan.channel)
                         .all(|o| o.done),
                     KernelEnd::After(d) => {
-                        let at = a.task.launch + d;
+                        let at = k.start + d;
                         if now < at {
                             next.coarse(at);
                         }
@@ -530,7 +536,7 @@ impl<'a> Proxy<'a> {
                 };
                 if finished {
                     let gpu_stop = match k.plan.end {
-                        KernelEnd::After(d) => gpu_ns(a.task.launch + d, self.opts.gpu_timer_ns),
+                        KernelEnd::After(d) => gpu_ns(k.start + d, self.opts.gpu_timer_ns),
                         KernelEnd::AfterOps => gpu_ns(now, self.opts.gpu_timer_ns),
                     };
                     if !k.handle.is_null() {
@@ -946,4 +952,13 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
         late,
         miss,
     })
+}
+
+/// When a channel's thread block starts its work after the launch: up to `skew`, different per
+/// channel and launch (blocks are scheduled one by one, and some wait for a free SM).
+fn channel_skew(launch: Instant, channel: u8, skew: Duration) -> Duration {
+    let mixed = (gpu_ns(launch, 1) ^ u64::from(channel).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let nanos = skew.as_nanos() as u64;
+    Duration::from_nanos(if nanos == 0 { 0 } else { (mixed >> 11) % nanos })
 }

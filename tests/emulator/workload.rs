@@ -110,10 +110,14 @@ impl Dtype {
     }
 }
 
-/// Algorithms emulated: ring, and CollNet (proxy ops that are never stopped, spec 3.6).
+/// Algorithms emulated: ring; tree (AllReduce only, as NCCL: reduce up a binary tree, then
+/// broadcast down, the tree mirrored on odd channels like NCCL's double binary tree; each
+/// connection's steps run free, without the ring's step-by-step dependency); and CollNet
+/// (proxy ops that are never stopped, spec 3.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algo {
     Ring,
+    Tree,
     CollnetDirect,
 }
 
@@ -121,6 +125,7 @@ impl Algo {
     pub fn cname(self) -> &'static CStr {
         match self {
             Algo::Ring => c"RING",
+            Algo::Tree => c"TREE",
             Algo::CollnetDirect => c"COLLNET_DIRECT",
         }
     }
@@ -243,6 +248,16 @@ impl Call {
     pub fn collnet(self) -> Call {
         match self {
             Call::Coll { .. } => self.with(|a, _| *a = Algo::CollnetDirect),
+            c => c,
+        }
+    }
+
+    /// The same AllReduce with the tree algorithm (other collectives keep the ring).
+    pub fn tree(self) -> Call {
+        match self {
+            Call::Coll {
+                func: Func::AllReduce, ..
+            } => self.with(|a, _| *a = Algo::Tree),
             c => c,
         }
     }
@@ -371,6 +386,9 @@ pub struct Options {
     pub broadcast_as_allgatherv: bool,
     /// `%globaltimer` granularity in ns.
     pub gpu_timer_ns: u64,
+    /// Most a kernel channel starts after the launch (its own work then follows): channels'
+    /// GPU times differ, so a kernel's span is the first start to the last stop.
+    pub kernel_skew: Duration,
     /// Proxy threads ask for real-time priority (granted to root or CAP_SYS_NICE), so a busy
     /// host delays their transfer ends less.
     pub realtime: bool,
@@ -394,6 +412,7 @@ impl Default for Options {
             net_plugin: false,
             broadcast_as_allgatherv: false,
             gpu_timer_ns: 32,
+            kernel_skew: Duration::from_micros(4),
             realtime: true,
             preempt_every: 0,
         }
@@ -734,7 +753,7 @@ impl Workload {
                     ops,
                     kernels,
                     ring_dep: match (algo, func) {
-                        (Algo::CollnetDirect, _) => None,
+                        (Algo::CollnetDirect | Algo::Tree, _) => None,
                         (_, Func::Broadcast) => Some(0),
                         _ => Some(1),
                     },
@@ -864,7 +883,7 @@ impl Workload {
         let n = spec.nranks() as usize;
         let r = inst.rank as usize;
         let (succ, pred) = ((r + 1) % n, (r + n - 1) % n);
-        let (w_succ, w_pred) = (spec.members[succ], spec.members[pred]);
+        let w_succ = spec.members[succ];
         let nch = spec.channels;
         let mut ops = Vec::new();
         let mut kernels = Vec::new();
@@ -912,30 +931,36 @@ impl Workload {
                     });
                 }
             } else {
-                if !send.is_empty() && self.net.is_net(w, w_succ) {
+                // (direction, peer, steps) of every connection of this channel.
+                let conns = if algo == Algo::Tree {
+                    let (parent, children) = tree_peers(r, n, c);
+                    let p = pieces(share);
+                    let up = parent.into_iter().flat_map(|q| [(OpKind::Send, q), (OpKind::Recv, q)]);
+                    let down = children
+                        .into_iter()
+                        .flat_map(|q| [(OpKind::Recv, q), (OpKind::Send, q)]);
+                    up.chain(down).map(|(kind, q)| (kind, q, p.clone())).collect()
+                } else {
+                    vec![(OpKind::Send, succ, send.clone()), (OpKind::Recv, pred, recv)]
+                };
+                for (kind, q, steps) in conns {
+                    let w_q = spec.members[q];
+                    let (src, dst) = if kind == OpKind::Send { (w, w_q) } else { (w_q, w) };
+                    if steps.is_empty() || !self.net.is_net(src, dst) {
+                        continue;
+                    }
                     has_ops = true;
+                    let pxn =
+                        kind == OpKind::Send && algo == Algo::Ring && self.options.pxn && nch >= 2 && c == nch - 1;
                     ops.push(OpPlan {
-                        kind: OpKind::Send,
-                        peer: succ as i32,
-                        world_peer: w_succ,
+                        kind,
+                        peer: q as i32,
+                        world_peer: w_q,
                         channel: c,
-                        steps: send.clone(),
-                        link: self.net.link(w, w_succ),
+                        steps,
+                        link: self.net.link(src, dst),
                         chunk: proto.wire(step),
-                        pxn: self.options.pxn && nch >= 2 && c == nch - 1,
-                    });
-                }
-                if !recv.is_empty() && self.net.is_net(w_pred, w) {
-                    has_ops = true;
-                    ops.push(OpPlan {
-                        kind: OpKind::Recv,
-                        peer: pred as i32,
-                        world_peer: w_pred,
-                        channel: c,
-                        steps: recv,
-                        link: self.net.link(w_pred, w),
-                        chunk: proto.wire(step),
-                        pxn: false,
+                        pxn,
                     });
                 }
             }
@@ -978,6 +1003,20 @@ impl Workload {
             })
             .collect()
     }
+}
+
+/// Parent and children of rank `r` of `n` in channel `c`'s tree: a binary heap over the ranks,
+/// mirrored (rank `n - 1 - r`) on odd channels.
+fn tree_peers(r: usize, n: usize, c: u8) -> (Option<usize>, Vec<usize>) {
+    let flip = |i: usize| if c % 2 == 0 { i } else { n - 1 - i };
+    let i = flip(r);
+    let parent = (i > 0).then(|| flip((i - 1) / 2));
+    let children = [2 * i + 1, 2 * i + 2]
+        .into_iter()
+        .filter(|&k| k < n)
+        .map(flip)
+        .collect();
+    (parent, children)
 }
 
 /// Part `i` of `total` split into `parts` near-equal parts.
