@@ -84,6 +84,7 @@ fn window() -> Vec<Record> {
                         peer: 4,
                         channel,
                         send: true,
+                        origin: 0,
                     }),
                 )
             })

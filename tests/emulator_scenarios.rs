@@ -207,6 +207,10 @@ fn every_scenario_in_process() {
     }
 
     // Broadcast emits Coll events; a 1-rank communicator emits nothing.
+    // Collectives whose PXN send op another process (here: the same one) ran, counted there.
+    let pxn = report.collectives.iter().filter(|c| c.pxn).count() as u64;
+    assert!(pxn > 0);
+    assert_eq!(windows.iter().map(|w| w.stats.pxn_collectives).sum::<u64>(), pxn);
     assert!(report.collectives.iter().any(|c| c.func == emulator::Func::Broadcast));
     assert!(!report.collectives.iter().any(|c| c.comm == "solo"));
     assert!(windows.iter().all(|w| w.comm.name != "solo"));

@@ -200,6 +200,8 @@ struct Pass<'a> {
     /// before its start can take it below zero mid-scan; every Stop counted has its start counted,
     /// so it is exact once phase 1 is done.
     unstopped: u64,
+    /// (originating rank, origin) of the PXN ops started here.
+    pxn: Vec<(i32, u32)>,
     stats: WindowStats,
 }
 
@@ -252,6 +254,7 @@ impl<'a> Pass<'a> {
             steps: Vec::new(),
             children: Vec::new(),
             unstopped: 0,
+            pxn: Vec::new(),
             stats: WindowStats::default(),
         }
     }
@@ -583,6 +586,9 @@ impl<'a> Pass<'a> {
             let stopped = slot.has(STOPPED);
             match self.records[i].body {
                 Body::ProxyOp(op) => {
+                    if op.origin != 0 {
+                        self.pxn.push((op.rank, op.origin));
+                    }
                     if op.send {
                         let info = OpInfo {
                             rank: op.rank,
@@ -661,6 +667,9 @@ impl<'a> Pass<'a> {
         }
         self.links.sort_unstable_by_key(|g| (g.rank, g.peer));
         self.channels.sort_unstable_by_key(|g| g.channel);
+        self.pxn.sort_unstable();
+        self.pxn.dedup();
+        self.stats.pxn_collectives = self.pxn.len() as u64;
         WindowSummary {
             comm: meta.clone(),
             colls: self.colls,
@@ -866,6 +875,7 @@ mod tests {
             peer,
             channel,
             send: true,
+            origin: 0,
         })
     }
 
@@ -876,6 +886,7 @@ mod tests {
             peer,
             channel,
             send: false,
+            origin: 0,
         })
     }
 

@@ -141,6 +141,9 @@ pub struct WindowStats {
     /// Windows this summary covers: 1, or 0 for operations released from the table of open
     /// operations without a window.
     pub windows: u64,
+    /// Collectives of other processes whose PXN send ops this window holds (distinct
+    /// originating rank and parent): their own process sees their completion only in part.
+    pub pxn_collectives: u64,
 }
 
 /// Everything one window says, ready for export.

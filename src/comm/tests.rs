@@ -62,6 +62,7 @@ fn proxy_op(comm: &Comm, parent: Handle) -> Option<Handle> {
         peer: 1,
         channel: 0,
         send: true,
+        origin: 0,
     });
     comm.start(ID, Kind::ProxyOp, Some(parent), 0, body)
         .and_then(Handle::decode)

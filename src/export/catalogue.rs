@@ -238,6 +238,7 @@ pub(super) struct Instruments {
     pub(super) events_unfinished: Counter<u64>,
     pub(super) events_orphaned: Counter<u64>,
     pub(super) pxn_ops: Counter<u64>,
+    pub(super) pxn_collectives: Counter<u64>,
     pub(super) windows_processed: Counter<u64>,
     pub(super) windows_forced: Counter<u64>,
     pub(super) windows_dropped: Counter<u64>,
@@ -402,6 +403,12 @@ impl Instruments {
                 "nccl.profiler.windows.processed",
                 "{window}",
                 "Windows processed",
+            ),
+            pxn_collectives: counter(
+                meter,
+                "nccl.profiler.pxn.collectives",
+                "{collective}",
+                "Collectives of other processes whose PXN send proxy ops ran here: their own process saw their completion only in part",
             ),
             windows_forced: counter(
                 meter,

@@ -163,13 +163,14 @@ impl Pipeline {
     /// One window's histograms and counters, and its regression samples for the interval.
     fn record(&mut self, s: &WindowSummary) {
         let base = comm_attrs(&s.comm);
-        let comm = self.attrs_or_overflow(Family::Profiler, base.clone(), 5);
+        let comm = self.attrs_or_overflow(Family::Profiler, base.clone(), 6);
         let i = &self.inst;
         i.events_recorded.add(s.stats.records, &comm);
         i.events_unfinished.add(s.stats.unfinished, &comm);
         i.events_orphaned.add(s.stats.orphans, &comm);
         i.windows_processed.add(s.stats.windows, &comm);
         i.windows_forced.add(u64::from(s.stats.forced), &comm);
+        i.pxn_collectives.add(s.stats.pxn_collectives, &comm);
 
         for g in &s.colls {
             let mut attrs = base.clone();

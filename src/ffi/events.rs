@@ -134,6 +134,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
     let own = op.pid == OWN_PID.load(Ordering::Relaxed);
+    let mut origin = 0;
     let (id, comm, parent) = if own {
         let (id, comm) = local(owner, context)?;
         (
@@ -149,6 +150,8 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         };
         STATS.foreign_ops.incr();
         owner.set(Some((id, comm)));
+        let foreign = d.parent();
+        origin = (foreign ^ foreign >> 32) as u32 | 1;
         (id, comm, None)
     } else {
         STATS.declined.incr();
@@ -164,6 +167,7 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         peer: op.peer,
         channel: op.channel,
         send: op.is_send,
+        origin,
     });
     let kind = if op.is_send { Kind::ProxyOp } else { Kind::RecvOp };
     comm.start(id, kind, parent, UNTIMED, body)

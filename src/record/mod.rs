@@ -58,6 +58,9 @@ pub struct ProxyOpStart {
     /// ops that NCCL never progresses nor stops (spec 3.6): only [`Body::InProgress`] tells a
     /// network receive that will stop.
     pub send: bool,
+    /// For a PXN op, a non-zero digest of the originator's parent handle (never decoded: it only
+    /// tells that process's collectives apart); 0 for our own ops.
+    pub origin: u32,
 }
 
 /// What one record says about its event.

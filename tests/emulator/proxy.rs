@@ -468,6 +468,8 @@ impl<'a> Proxy<'a> {
                 }
                 arrivals[ch] = Some(Vec::new());
             }
+            let mut task = task;
+            task.truth.pxn = ops.iter().any(|o| o.plan.pxn && !o.handle.is_null());
             self.active.push(Active {
                 task,
                 ops,

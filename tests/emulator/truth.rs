@@ -46,6 +46,8 @@ pub struct CollTruth {
     pub gpu: Option<(u64, u64)>,
     /// Send steps (network transfers) under its local ProxyOps.
     pub send_steps: u64,
+    /// It had a send op reported as another process's (PXN), started with a handle.
+    pub pxn: bool,
 }
 
 impl CollTruth {

@@ -698,6 +698,7 @@ impl Workload {
                     end: None,
                     gpu: None,
                     send_steps: 0,
+                    pxn: false,
                 }
             };
         match *call {
