@@ -585,7 +585,32 @@ fn links_under_nccl_pipelining_mean_what_they_say() {
         .with_jitter(0.02);
     let mut calls: Vec<Call> = [256 << 10, 4 << 20, 8 << 20].map(Call::all_reduce).to_vec();
     calls.extend([64 << 10, 1 << 20, 4 << 20].map(|b| Call::send_recv(2, b)));
-    let spec = CommSpec::new("pipelined", 0..4).channels(2).calls(calls);
+    let naive_off = pipelined_links(s, &net, CommSpec::new("pipelined", 0..4).channels(2).calls(calls));
+    assert!(
+        naive_off,
+        "the steps queued: a plain fit of SendWait → stop must be off somewhere"
+    );
+}
+
+/// The same link figures with LL128's wire steps (614,400 B of lines for 576,000 B of data) and
+/// LL's (64 KiB for 32 KiB), and with the tree's connections: up to three peers per channel.
+#[test]
+fn links_under_ll_ll128_and_tree_mean_what_they_say() {
+    let (_serial, s) = setup();
+    let net = Network::new(4, 2, Link::new_us(50.0, 2.0))
+        .slow_link(1, 2, 4.0)
+        .with_jitter(0.02);
+    let mut calls: Vec<Call> = [256 << 10, 4 << 20, 8 << 20]
+        .map(|b| Call::all_reduce(b).proto(Proto::Ll128))
+        .to_vec();
+    calls.extend([64 << 10, 512 << 10].map(|b| Call::all_reduce(b + 4096).proto(Proto::Ll)));
+    calls.extend([256 << 10, 4 << 20].map(|b| Call::all_reduce(b + 8192).tree()));
+    pipelined_links(s, &net, CommSpec::new("protocols", 0..4).channels(2).calls(calls));
+}
+
+/// Runs `spec` one rank at a time (3 iterations, again after a host stall) and checks its links
+/// with [`check_pipelined_links`]; whether a plain fit was off somewhere.
+fn pipelined_links(s: &Setup, net: &Network, spec: CommSpec) -> bool {
     let mut naive_off = false;
     for rank in 0..4 {
         let w = Workload::new(net.clone())
@@ -603,10 +628,7 @@ fn links_under_nccl_pipelining_mean_what_they_say() {
             }
         }
     }
-    assert!(
-        naive_off,
-        "the steps queued: a plain fit of SendWait → stop must be off somewhere"
-    );
+    naive_off
 }
 
 /// Checks every link of `report` as stated above; whether a plain least-squares fit of the
