@@ -81,6 +81,11 @@ impl Comm {
         if self.current.load(Ordering::Relaxed) != cur {
             return true;
         }
+        // Every new event past the trigger comes here while no window is armed: a plain load
+        // keeps that cheap.
+        if self.standby.load(Ordering::Relaxed) == NONE {
+            return false;
+        }
         // AcqRel: the standby window's opening is visible before it becomes current.
         let next = self.standby.swap(NONE, Ordering::AcqRel);
         if next == NONE || next == cur {

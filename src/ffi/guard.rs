@@ -17,6 +17,7 @@ pub(super) type Owner = Cell<Option<(CommId, &'static Comm)>>;
 
 /// Runs a callback body; a panic is counted, disables the communicator the body resolved, and the
 /// callback still reports success.
+#[inline(always)]
 pub(super) fn guarded(body: impl FnOnce(&Owner)) -> ncclResult_t {
     let owner = Owner::new(None);
     if catch_unwind(AssertUnwindSafe(|| body(&owner))).is_err() {
