@@ -431,21 +431,28 @@ fn collective_durations_match_the_emulator() {
         .comm(CommSpec::new("world", 0..4).channels(2).calls(calls))
         .comm(local)
         .iterations(2);
+    // Per iteration: 15 world tasks per rank, each with network ops (the ring's sends on ranks 1
+    // and 3, its receives on 2 and 0; Send/Recv cross the nodes) and kernel channels; 2
+    // node-local tasks with kernel channels only.
+    let (host, gpu) = durations_hold(s, &w);
+    assert!(host >= 100 && gpu >= 120, "checked {host} host and {gpu} GPU times");
+}
+
+/// Runs `w` until [`check_durations`] holds (again after a host stall, 5 attempts at most);
+/// the numbers of host and GPU times checked.
+fn durations_hold(s: &Setup, w: &Workload) -> (usize, usize) {
     for attempt in 1.. {
         let report = w.run(&s.plugin);
         match check_durations(s, &report) {
             Ok((host, gpu)) => {
-                // Per iteration: 15 world tasks per rank, each with network ops (the ring's
-                // sends on ranks 1 and 3, its receives on 2 and 0; Send/Recv cross the nodes)
-                // and kernel channels; 2 node-local tasks with kernel channels only.
                 eprintln!("checked {host} host and {gpu} GPU times");
-                assert!(host >= 100 && gpu >= 120, "checked {host} host and {gpu} GPU times");
-                return;
+                return (host, gpu);
             }
             Err(e) if report.max_late > STALL && attempt < 5 => eprintln!("host stall, again: {e}"),
             Err(e) => panic!("{e}"),
         }
     }
+    unreachable!("the last attempt panics")
 }
 
 /// LL, LL128 and Simple, ring and tree, P2P: the plugin's host times (2 % or 20 µs) and GPU
@@ -468,20 +475,10 @@ fn protocols_and_patterns_match_the_emulator() {
     let w = Workload::new(net)
         .comm(CommSpec::new("world", 0..4).channels(2).calls(calls))
         .iterations(2);
-    for attempt in 1.. {
-        let report = w.run(&s.plugin);
-        match check_durations(s, &report) {
-            Ok((host, gpu)) => {
-                // Per iteration and rank: 7 tasks with kernel channels; the ring's network ops
-                // touch ranks 1, 2, 3 and 0, the tree's every rank but a leaf's other side.
-                eprintln!("checked {host} host and {gpu} GPU times");
-                assert!(host >= 40 && gpu >= 56, "checked {host} host and {gpu} GPU times");
-                break;
-            }
-            Err(e) if report.max_late > STALL && attempt < 5 => eprintln!("host stall, again: {e}"),
-            Err(e) => panic!("{e}"),
-        }
-    }
+    // Per iteration and rank: 7 tasks with kernel channels; the ring's network ops touch ranks
+    // 1, 2, 3 and 0, the tree's every rank.
+    let (host, gpu) = durations_hold(s, &w);
+    assert!(host >= 40 && gpu >= 56, "checked {host} host and {gpu} GPU times");
     // nccl-tests' bus-bandwidth factors (common.cu), written out here, not taken from the plugin.
     for (func, factor) in [
         (PluginFunc::AllReduce, 2.0 * 3.0 / 4.0),
