@@ -164,12 +164,11 @@ impl Comm {
     }
 
     /// Whether the current window holds half the count trigger or more: records arrive fast
-    /// enough that the telemetry thread should look again soon, before the
-    /// window fills past the trigger into the headroom kept for children and stops
-    /// ([`super::BUSY_TICK`]).
+    /// enough that the telemetry thread should look again soon ([`super::BUSY_TICK`]), before
+    /// the window fills past the trigger into the headroom kept for children and stops.
     /// Called on: the telemetry thread.
     pub fn busy(&self) -> bool {
-        let cur = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
+        let cur = self.current_window();
         self.is_live() && 2 * self.windows[cur].claimed() >= self.count_trigger
     }
 
@@ -212,7 +211,7 @@ impl Comm {
     fn process_all(&self, c: &mut Consumer, secs_per_tick: f64) -> Vec<WindowSummary> {
         // The armed standby (or an orphan of a race) holds nothing: back to READY, unreported.
         self.standby.store(NONE, Ordering::Relaxed);
-        let current = usize::from(self.current.load(Ordering::Relaxed)) % WINDOWS;
+        let current = self.current_window();
         for (i, w) in self.windows.iter().enumerate() {
             if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
                 w.reset(0);
@@ -270,7 +269,7 @@ impl Comm {
     /// made: numbers the new current window as the next cycle and closes every other FILLING
     /// window that holds records (the one it replaced and, after a race, any skipped one).
     fn notice(&self, c: &mut Consumer, now: Instant) {
-        let cur = usize::from(self.current.load(Ordering::Acquire)) % WINDOWS;
+        let cur = self.current_window();
         if cur == c.current {
             return;
         }
@@ -292,7 +291,7 @@ impl Comm {
         if self.standby.load(Ordering::Acquire) != NONE {
             return;
         }
-        let current = usize::from(self.current.load(Ordering::Acquire)) % WINDOWS;
+        let current = self.current_window();
         let others = || {
             (1..WINDOWS)
                 .map(move |k| (c.current + k) % WINDOWS)
@@ -305,6 +304,12 @@ impl Comm {
             // Release: the window's opening is visible to the producer that takes it.
             self.standby.store(i as u8, Ordering::Release);
         }
+    }
+
+    /// The window new events go to now (producers may switch it at any time).
+    fn current_window(&self) -> usize {
+        // Acquire: pairs with a producer's switch, so the standby's opening is visible.
+        usize::from(self.current.load(Ordering::Acquire)) % WINDOWS
     }
 
     /// Makes `next` the window the consumer knows as current, numbered as the next cycle.
