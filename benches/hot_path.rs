@@ -1,5 +1,6 @@
-//! Cost of one callback through the exported `ncclProfiler_v4` table, against a table of empty
-//! callbacks with the same signatures, in the same run.
+//! Cost of one callback through the exported `ncclProfiler_v7` table (every version's callbacks
+//! are the same generic bodies), against a table of empty callbacks with the same signatures, in
+//! the same run.
 //!
 //! - `single/{start,state,stop}`: one kind of callback on one thread: ProxyStep start (under a
 //!   live ProxyOp), SendWait state, ProxyStep stop; `single/step`: a whole send step (start,
@@ -34,9 +35,9 @@ const BATCH: u64 = 2000;
 
 unsafe extern "C" fn empty_init(
     context: *mut *mut c_void,
+    _: u64,
     mask: *mut c_int,
     _: *const c_char,
-    _: u64,
     _: c_int,
     _: c_int,
     _: c_int,
@@ -54,7 +55,7 @@ unsafe extern "C" fn empty_init(
 unsafe extern "C" fn empty_start(
     _: *mut c_void,
     h: *mut *mut c_void,
-    d: *mut ncclProfilerEventDescr_v4_t,
+    d: *mut ncclProfilerEventDescr_v7_t,
 ) -> ncclResult_t {
     black_box(d);
     // SAFETY: the emulator passes a valid handle slot.
@@ -72,7 +73,7 @@ unsafe extern "C" fn empty_stop(h: *mut c_void) -> ncclResult_t {
 unsafe extern "C" fn empty_state(
     h: *mut c_void,
     s: ncclProfilerEventState_t,
-    a: *mut ncclProfilerEventStateArgs_v4_t,
+    a: *mut ncclProfilerEventStateArgs_v7_t,
 ) -> ncclResult_t {
     black_box((h, s, a));
     ncclSuccess
@@ -83,8 +84,8 @@ unsafe extern "C" fn empty_finalize(_: *mut c_void) -> ncclResult_t {
 }
 
 /// A table of callbacks that do nothing but write `*eHandle`.
-fn empty_table() -> ncclProfiler_v4_t {
-    ncclProfiler_v4_t {
+fn empty_table() -> ncclProfiler_v7_t {
+    ncclProfiler_v7_t {
         name: c"empty".as_ptr(),
         init: Some(empty_init),
         startEvent: Some(empty_start),
@@ -97,7 +98,7 @@ fn empty_table() -> ncclProfiler_v4_t {
 /// One table, called exactly as NCCL does (through the function pointers).
 #[derive(Clone, Copy)]
 struct Table {
-    t: &'static ncclProfiler_v4_t,
+    t: &'static ncclProfiler_v7_t,
     context: *mut c_void,
     /// A live ProxyOp handle (plugin) to parent steps.
     op: *mut c_void,
@@ -112,7 +113,7 @@ unsafe impl Sync for Table {}
 
 impl Table {
     #[inline(always)]
-    fn start(&self, d: &mut ncclProfilerEventDescr_v4_t) -> *mut c_void {
+    fn start(&self, d: &mut ncclProfilerEventDescr_v7_t) -> *mut c_void {
         let mut h = std::ptr::null_mut();
         // SAFETY: valid handle slot and descriptor for the call.
         unsafe { (self.t.startEvent.unwrap_unchecked())(self.context, &mut h, d) };
@@ -127,8 +128,8 @@ impl Table {
 
     #[inline(always)]
     fn state(&self, h: *mut c_void, s: u32, bytes: u64) {
-        let mut a = ncclProfilerEventStateArgs_v4_t {
-            proxyStep: ncclProfilerEventStateArgs_v4_t__bindgen_ty_1 {
+        let mut a = ncclProfilerEventStateArgs_v7_t {
+            proxyStep: ncclProfilerEventStateArgs_v5_t__bindgen_ty_1 {
                 transSize: bytes as usize,
             },
         };
@@ -140,7 +141,7 @@ impl Table {
 /// The plugin's communicator and the consumer steps the bench drives between batches.
 struct Bench {
     plugin: Plugin,
-    empty: &'static ncclProfiler_v4_t,
+    empty: &'static ncclProfiler_v7_t,
     comm: emulator::Comm,
     /// Virtual time of the consumer (moved forward by whole intervals).
     now: Instant,
@@ -182,7 +183,7 @@ impl Bench {
         let op = p.proxy_op(self.comm.context, coll, pid(), 0, 1, 0, 1 << 20, true);
         assert!(!op.is_null());
         Table {
-            t: p.table(),
+            t: &nccl_profiler_otel::ffi::ncclProfiler_v7.0.table,
             context: self.comm.context,
             op: op.0,
             coll: coll.0,
@@ -211,13 +212,13 @@ impl Bench {
     }
 }
 
-fn step_descr(op: *mut c_void, step: i32) -> ncclProfilerEventDescr_v4_t {
+fn step_descr(op: *mut c_void, step: i32) -> ncclProfilerEventDescr_v7_t {
     let mut d = descr(ty::PROXY_STEP, H(op), 0);
     d.__bindgen_anon_1.proxyStep.step = step;
     d
 }
 
-fn kernel_descr(coll: *mut c_void, channel: u8) -> ncclProfilerEventDescr_v4_t {
+fn kernel_descr(coll: *mut c_void, channel: u8) -> ncclProfilerEventDescr_v7_t {
     let mut d = descr(ty::KERNEL_CH, H(coll), 0);
     d.__bindgen_anon_1.kernelCh.channelId = channel;
     d.__bindgen_anon_1.kernelCh.pTimer = 1_000_000;
@@ -260,7 +261,7 @@ impl Kind {
 
 /// One kernel channel's three callbacks.
 #[inline(always)]
-fn kernel_channel(t: &Table, d: &mut ncclProfilerEventDescr_v4_t) {
+fn kernel_channel(t: &Table, d: &mut ncclProfilerEventDescr_v7_t) {
     let h = t.start(d);
     t.state(h, ty::KERNEL_CH_STOP, 2_000_000);
     t.stop(h);

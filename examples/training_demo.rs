@@ -1,7 +1,8 @@
 //! The README's main job: `cargo run --release --example training_demo`.
 //!
-//! Loads the built plugin the way NCCL does (`dlopen` of `libnccl_profiler_otel.so`, symbol
-//! `ncclProfiler_v4`), drives it with a short training-like workload on 8 emulated ranks over 2
+//! Loads the built plugin the way NCCL does (`dlopen` of `libnccl_profiler_otel.so`, then the
+//! newest `ncclProfiler_vN` the emulated NCCL release knows; `--nccl 2.31.2` picks the release,
+//! 2.30.7 by default, `--abi v4` one table through that release's adapter), drives it with a short training-like workload on 8 emulated ranks over 2
 //! nodes whose network is modelled (one inter-node link is made 4× slower), and exports real
 //! OTLP/HTTP to a collector inside this program. Then it prints what the collector received: per
 //! collective counts, durations and bandwidth, and the per-link latency/bandwidth matrix from the
@@ -19,13 +20,33 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use emulator::{Link, Network, Plugin, Workload};
+use emulator::release::{self, Release};
+use emulator::{Link, Network, Plugin, Version, Workload};
 use otlp_receiver::{Receiver, find, points};
 
 const RANKS: usize = 8;
 const PER_NODE: usize = 4;
 const SLOW: (usize, usize) = (3, 4);
 const ITERATIONS: usize = 20;
+
+/// `--nccl X.Y.Z` and `--abi vN` from the command line.
+fn parse_args() -> Result<(Release, Option<Version>), String> {
+    let (mut nccl, mut abi) = (Release::V2_30_7, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--nccl" => {
+                nccl = Release::parse(&value).ok_or_else(|| format!("--nccl {value}: not a release like 2.31.2"))?
+            }
+            "--abi" => {
+                abi = Some(Version::parse(&value).ok_or_else(|| format!("--abi {value}: not a version like v7"))?)
+            }
+            _ => return Err(format!("unknown argument {flag}")),
+        }
+    }
+    Ok((nccl, abi))
+}
 
 /// A one-line progress bar on stderr, redrawn every 5 %.
 fn progress(done: usize, total: usize) {
@@ -57,13 +78,37 @@ fn main() -> ExitCode {
             std::env::set_var("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN");
         }
     }
-    let plugin = match Plugin::load_built() {
+    let (nccl, abi) = match parse_args() {
+        Ok(choice) => choice,
+        Err(e) => {
+            eprintln!("{e}\nusage: training_demo [--nccl 2.23.4 … 2.31.2] [--abi v4 … v7]");
+            return ExitCode::FAILURE;
+        }
+    };
+    release::set(nccl);
+    let loaded = emulator::built_library().and_then(|path| {
+        match abi {
+            Some(v) => Plugin::load_version(&path, v),
+            None => Plugin::load(&path),
+        }
+        .map_err(|e| e.to_string())
+    });
+    let plugin = match loaded {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cannot load the plugin: {e}");
             return ExitCode::FAILURE;
         }
     };
+    println!(
+        "emulating NCCL {nccl}: loaded ncclProfiler_{} ({})",
+        plugin.driving(),
+        if plugin.native() {
+            "called directly"
+        } else {
+            "through NCCL's adapter"
+        }
+    );
     let net = Network::new(RANKS, PER_NODE, Link::new_us(20.0, 12.0))
         .slow_link(SLOW.0, SLOW.1, 4.0)
         .with_jitter(0.02);

@@ -74,11 +74,13 @@ impl Plan {
 }
 
 /// KernelCh's default duty: always on before NCCL 2.31, where it costs about 0.4–1 % of GPU time;
-/// one part in 10 from 2.31, where it costs 4–13 % (NVIDIA/nccl#2355), and when the release is
-/// unknown.
-pub fn default_every(nccl: Option<NcclVersion>) -> u32 {
+/// one part in 10 from 2.31, where it costs 4–13 % (NVIDIA/nccl#2355). When the release is
+/// unknown, the profiler ABI NCCL chose tells: every NCCL that knows v7 (2.31 on) chooses our
+/// v7 table, so an older table means an older NCCL.
+pub fn default_every(nccl: Option<NcclVersion>, abi: u8) -> u32 {
     match nccl {
         Some(v) if v < NcclVersion::V2_31 => 1,
+        None if abi < 7 => 1,
         _ => 10,
     }
 }
@@ -223,10 +225,11 @@ mod tests {
 
     #[test]
     fn the_default_duty_follows_nccls_kernel_ch_cost() {
-        assert_eq!(default_every(Some(NcclVersion::new(2, 30, 7))), 1);
-        assert_eq!(default_every(Some(NcclVersion::new(2, 23, 4))), 1);
-        assert_eq!(default_every(Some(NcclVersion::new(2, 31, 2))), 10);
-        assert_eq!(default_every(None), 10);
+        assert_eq!(default_every(Some(NcclVersion::new(2, 30, 7)), 6), 1);
+        assert_eq!(default_every(Some(NcclVersion::new(2, 23, 4)), 1), 1);
+        assert_eq!(default_every(Some(NcclVersion::new(2, 31, 2)), 7), 10);
+        assert_eq!(default_every(None, 7), 10);
+        assert_eq!(default_every(None, 6), 1, "a NCCL that chose v6 predates 2.31");
     }
 
     /// The only test touching the process-wide state: the mask toggles, stops toggling on a

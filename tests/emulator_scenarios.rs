@@ -16,6 +16,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use emulator::release::Release;
 use emulator::{Call, CommSpec, Link, LoadError, Network, Plugin, Report, Version, Workload, logger, mask};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::stats::STATS;
@@ -259,11 +260,31 @@ fn every_scenario_through_the_built_library() {
     let (_serial, _) = setup();
     let path = emulator::built_library().expect("cargo test builds the cdylib");
     let plugin = Plugin::load(&path).expect("dlopen");
-    assert_eq!(plugin.found(), &[Version::V4], "the plugin exports v4 only today");
-    assert_eq!((plugin.nccl_would_use(), plugin.driving()), (Version::V4, Version::V4));
+    let exported = [Version::V7, Version::V6, Version::V5, Version::V4];
+    if std::env::var_os("EMU_PROFILER_ABI").is_none() {
+        let known = plugin.release().lookup_order();
+        assert_eq!(
+            plugin.found(),
+            known
+                .iter()
+                .filter(|v| exported.contains(v))
+                .copied()
+                .collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        Some(&plugin.driving()),
+        plugin.found().first(),
+        "NCCL takes the newest table it knows"
+    );
     assert_eq!(plugin.name(), "otel");
     let report = everything(1).run(&plugin);
     assert!(report.callbacks > 5_000 && report.steps > 500, "{report:?}");
+    let chose = format!("NCCL {} chose profiler ABI {}", plugin.release(), plugin.driving());
+    assert!(
+        logger::lines().iter().any(|l| l.text.contains(&chose)),
+        "the init log line names the ABI version: {chose}"
+    );
     // init → finalize → init on the same library, then dlclose.
     let again = everything(1).run(&plugin);
     assert!(again.steps > 500);
@@ -276,25 +297,40 @@ fn every_scenario_through_the_built_library() {
 #[test]
 fn versions_are_looked_up_like_nccl() {
     let path = emulator::built_library().expect("cargo test builds the cdylib");
-    match Plugin::load_version(&path, Version::V6) {
-        Err(e @ LoadError::NoSymbol { .. }) => assert!(e.to_string().contains("ncclProfiler_v6"), "{e}"),
-        Err(e) => panic!("{e}"),
-        Ok(_) => panic!("no v6 table yet"),
+    for v in Version::ALL {
+        match Plugin::load_version(&path, v) {
+            Ok(p) => {
+                assert!(Version::DRIVABLE.contains(&v), "{v} loaded");
+                assert_eq!((p.found(), p.driving()), (&[v][..], v));
+                p.close();
+            }
+            Err(e @ LoadError::NoSymbol { .. }) => {
+                assert!(
+                    v < Version::V4 && e.to_string().contains(v.symbol().to_str().unwrap()),
+                    "{e}"
+                )
+            }
+            Err(e) => panic!("{e}"),
+        }
     }
-    let v4 = Plugin::load_version(&path, Version::V4).expect("v4");
-    assert_eq!(v4.found(), &[Version::V4]);
-    v4.close();
-    let only_newer = LoadError::Unsupported {
+    let only_older = LoadError::Unsupported {
         path: path.clone(),
-        found: vec![Version::V6, Version::V5],
+        found: vec![Version::V3, Version::V2],
     };
-    let text = only_newer.to_string();
+    let text = only_older.to_string();
     assert!(
-        text.contains("ncclProfiler_v6, ncclProfiler_v5")
-            && text.contains("drives only ncclProfiler_v4")
-            && text.contains("NCCL would use v6"),
+        text.contains("ncclProfiler_v3, ncclProfiler_v2")
+            && text.contains("drives only ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6, ncclProfiler_v7")
+            && text.contains("NCCL would use v3"),
         "{text}"
     );
+    // Each release looks up its own tables, newest first (spec 5, 7.6).
+    assert_eq!(Release::parse("2.31.2"), Some(Release::V2_31_2));
+    assert_eq!(Release::parse("2.31"), None);
+    assert_eq!(Release::V2_27_7.to_string(), "2.27.7");
+    let newest: Vec<Version> = Release::ONE_PER_ABI.iter().map(|r| r.newest_abi()).collect();
+    assert_eq!(newest, Version::ALL);
+    assert_eq!(Release::V2_25_1.lookup_order(), [Version::V2, Version::V1]);
     assert!(matches!(
         Plugin::load(std::path::Path::new("/nonexistent/libnccl-profiler-otel.so")),
         Err(LoadError::Open(_))

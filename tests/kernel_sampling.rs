@@ -26,7 +26,7 @@ impl Sink for Capture {
 
 #[test]
 fn kernel_ch_is_sampled_on_nccl_2_31() {
-    release::set(release::NCCL_2_31_2);
+    release::set(release::Release::V2_31_2);
     // SAFETY: the only test of this binary, before the first `init` reads the environment.
     unsafe {
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.5");
@@ -62,7 +62,8 @@ fn kernel_ch_is_sampled_on_nccl_2_31() {
     // Before the first `init` NCCL's mask is 0.
     let masks: Vec<i32> = sampler.join().unwrap().into_iter().skip_while(|&m| m == 0).collect();
 
-    let line = "NCCL 2.31.2: activation mask 0x5e, KernelCh (GPU times) requested 20 % of the time";
+    let line =
+        "NCCL 2.31.2 chose profiler ABI v7: activation mask 0x5e, KernelCh (GPU times) requested 20 % of the time";
     assert!(
         logger::lines().iter().any(|l| l.text.contains(line)),
         "{:?}",

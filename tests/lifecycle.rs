@@ -491,7 +491,7 @@ fn unload_and_reload_of_the_built_library() {
     let library_threads = || threads().iter().filter(|t| t.starts_with("nccl-otel")).count();
     let before = library_threads();
     let p = Plugin::load(&path).expect("dlopen");
-    let table = p.table() as *const _ as usize;
+    let table = p.table_address();
     let (c, mask) = p.init(Some("dl"), next_hash(), 1, 2, 0);
     assert!(!c.context.is_null() && mask != 0);
     traffic(&p, &c, 100);
@@ -505,7 +505,7 @@ fn unload_and_reload_of_the_built_library() {
     );
     for round in 0..3 {
         let p = Plugin::load(&path).expect("dlopen again");
-        assert_eq!(p.table() as *const _ as usize, table, "the same instance comes back");
+        assert_eq!(p.table_address(), table, "the same instance comes back");
         let (c, _) = p.init(Some("dl"), next_hash(), 1, 2, 0);
         assert!(!c.context.is_null(), "init after dlclose, round {round}");
         let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);

@@ -17,7 +17,7 @@
 
 /*
  * Event type bits: the `type` field of a descriptor and the bits of the activation mask.
- * v1-v4 descriptors carry the type in a uint8_t (bits 0-7 only); v5 and v6 in a uint64_t.
+ * v1-v4 descriptors carry the type in a uint8_t (bits 0-7 only); v5 to v7 in a uint64_t.
  */
 typedef enum {
   ncclProfileGroup = 0x1,        /* v1 */
@@ -34,7 +34,8 @@ typedef enum {
   ncclProfileKernelLaunch = 0x800, /* v5 */
   ncclProfileCeColl = 0x1000,    /* v6 */
   ncclProfileCeSync = 0x2000,    /* v6 */
-  ncclProfileCeBatch = 0x4000    /* v6 */
+  ncclProfileCeBatch = 0x4000,   /* v6 */
+  ncclProfileKernelPhase = 0x8000 /* v7 */
 } ncclProfilerEventType_t;
 
 /*
@@ -83,11 +84,18 @@ typedef enum {
   ncclProfilerCeSyncStart = 27,
   ncclProfilerCeSyncComplete = 28,
   ncclProfilerCeBatchStart = 29,
-  ncclProfilerCeBatchComplete = 30
+  ncclProfilerCeBatchComplete = 30,
+
+  /* Added in v7: end of a KernelPhase interval (args: kernelCh.pTimer). */
+  ncclProfilerKernelPhaseStop = 31
 } ncclProfilerEventState_t;
 
+#include "profiler_v1.h"
+#include "profiler_v2.h"
+#include "profiler_v3.h"
 #include "profiler_v4.h"
 #include "profiler_v5.h"
 #include "profiler_v6.h"
+#include "profiler_v7.h"
 
 #endif /* NCCL_OTEL_PROFILER_H */

@@ -1,11 +1,15 @@
 //! Readers of each NCCL profiler ABI version's descriptors and state arguments.
 //!
-//! Each version implements [`Descriptor`] and [`StateArgs`] over a `#[repr(transparent)]` wrapper
-//! of its bindgen type; `crate::ffi` has one generic body per callback. Every method checks the
-//! type tag before it reads the union and copies what it needs: no pointer into NCCL memory is
-//! kept. Called on: NCCL's user and proxy threads, inside a callback.
+//! Each version (`vN`) implements [`Descriptor`] and [`StateArgs`] on its bindgen types; the
+//! versions that share field names and meanings share one implementation ([`api_family!`]), and
+//! `crate::ffi` has one generic body per callback. Every method checks the type tag before it
+//! reads the union and copies what it needs: no pointer into NCCL memory is kept.
+//! Called on: NCCL's user and proxy threads, inside a callback.
 
 pub mod v4;
+pub mod v5;
+pub mod v6;
+pub mod v7;
 
 use crate::record::{CollStart, Func, P2pStart};
 
@@ -65,3 +69,110 @@ pub unsafe fn c_bytes<'a>(ptr: *const std::os::raw::c_char) -> &'a [u8] {
     // SAFETY: the `len` bytes just read are readable and stay valid for the callback.
     unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
 }
+
+/// Implements [`Descriptor`] for a descriptor of the v4 to v7 family (spec 2.5–2.7, 7.2.2): the
+/// `coll`, `p2p`, `proxyOp`, `proxyStep` and `kernelCh` members have the same fields and meanings in
+/// all of them; only the width of `type` and members we do not read differ. `p2p.nChannels` is
+/// never read (garbage under the v4 adapter, spec 4.8). With a state-argument type, implements
+/// [`StateArgs`] for it too (v6 and v7 reuse v5's type).
+macro_rules! api_family {
+    ($descr:ty, $args:ty) => {
+        $crate::abi::api_family!($descr);
+
+        impl $crate::abi::StateArgs for $args {
+            fn trans_size(&self) -> u64 {
+                // SAFETY: every member is plain integer data of the same 8 bytes; any bit
+                // pattern is valid.
+                unsafe { self.proxyStep.transSize as u64 }
+            }
+
+            fn p_timer(&self) -> u64 {
+                // SAFETY: as above.
+                unsafe { self.kernelCh.pTimer }
+            }
+        }
+    };
+    ($descr:ty) => {
+        impl $crate::abi::Descriptor for $descr {
+            fn event_type(&self) -> u64 {
+                u64::from(self.type_)
+            }
+
+            fn parent(&self) -> u64 {
+                self.parentObj as u64
+            }
+
+            fn coll(&self) -> Option<$crate::record::CollStart> {
+                use $crate::record::{Algo, CollStart, Datatype, Func, Proto};
+                if self.event_type() != u64::from($crate::bindings::ncclProfileColl) {
+                    return None;
+                }
+                // SAFETY: `type` is Coll, so NCCL filled the `coll` member; its strings are NULL
+                // or NUL-terminated literals of libnccl.
+                unsafe {
+                    let c = &self.__bindgen_anon_1.coll;
+                    Some(CollStart {
+                        seq: c.seqNumber,
+                        count: c.count as u64,
+                        func: Func::from_bytes($crate::abi::c_bytes(c.func)),
+                        algo: Algo::from_bytes($crate::abi::c_bytes(c.algo)),
+                        proto: Proto::from_bytes($crate::abi::c_bytes(c.proto)),
+                        datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
+                        n_channels: c.nChannels,
+                    })
+                }
+            }
+
+            fn p2p(&self) -> Option<($crate::record::Func, $crate::record::P2pStart)> {
+                use $crate::record::{Datatype, Func, P2pStart};
+                if self.event_type() != u64::from($crate::bindings::ncclProfileP2p) {
+                    return None;
+                }
+                // SAFETY: `type` is P2p, so NCCL filled `p2p` (all but `nChannels` under the v4
+                // adapter, which we skip).
+                unsafe {
+                    let p = &self.__bindgen_anon_1.p2p;
+                    let start = P2pStart {
+                        count: p.count as u64,
+                        peer: p.peer,
+                        datatype: Datatype::from_bytes($crate::abi::c_bytes(p.datatype)),
+                    };
+                    Some((Func::from_bytes($crate::abi::c_bytes(p.func)), start))
+                }
+            }
+
+            fn proxy_op(&self) -> Option<$crate::abi::ProxyOp> {
+                if self.event_type() != u64::from($crate::bindings::ncclProfileProxyOp) {
+                    return None;
+                }
+                // SAFETY: `type` is ProxyOp, so NCCL filled the `proxyOp` member (plain integers).
+                let p = unsafe { &self.__bindgen_anon_1.proxyOp };
+                Some($crate::abi::ProxyOp {
+                    pid: p.pid,
+                    rank: self.rank,
+                    peer: p.peer,
+                    channel: p.channelId,
+                    is_send: p.isSend != 0,
+                })
+            }
+
+            fn proxy_step(&self) -> Option<i32> {
+                if self.event_type() != u64::from($crate::bindings::ncclProfileProxyStep) {
+                    return None;
+                }
+                // SAFETY: `type` is ProxyStep, so NCCL filled `proxyStep.step`.
+                Some(unsafe { self.__bindgen_anon_1.proxyStep.step })
+            }
+
+            fn kernel_ch(&self) -> Option<(u8, u64)> {
+                if self.event_type() != u64::from($crate::bindings::ncclProfileKernelCh) {
+                    return None;
+                }
+                // SAFETY: `type` is KernelCh, so NCCL filled `kernelCh` (integers).
+                let k = unsafe { &self.__bindgen_anon_1.kernelCh };
+                Some((k.channelId, k.pTimer))
+            }
+        }
+    };
+}
+use api_family;

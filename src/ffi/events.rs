@@ -28,8 +28,9 @@ pub(super) const UNTIMED: u64 = 0;
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
 
-/// Event types that are known but never recorded (Group gets a handle of its own).
-const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x7F00;
+/// Event types that are known but never recorded: ProxyCtrl, NetPlugin, the API-level events
+/// (v5+), the copy-engine events (v6+) and KernelPhase (v7). Group gets a handle of its own.
+const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0xFF00;
 
 /// # Safety
 /// `handle` is NULL or writable; `descr` is NULL or points to a descriptor NCCL filled for this

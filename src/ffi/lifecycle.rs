@@ -20,11 +20,12 @@ use crate::nccl_version;
 use crate::record::handle::Context;
 use crate::{clock, export, nccl_log, telemetry};
 
-/// Version-neutral `init`: returns the context value, having stored the activation mask due now
-/// into `mask` (NCCL's process-wide mask, or NULL), or `None` to leave the communicator
+/// Version-neutral `init` (`abi`: the profiler ABI version of the table NCCL chose): returns the
+/// context value, having stored the activation mask due now into `mask` (NCCL's process-wide
+/// mask, or NULL), or `None` to leave the communicator
 /// unprofiled (NULL context, success, mask untouched). In a forked child of a profiled process
 /// the plugin is inert: no lock, no log, no thread (the parent's threads and lock owners are gone).
-pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int) -> Option<u64> {
+pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, abi: u8) -> Option<u64> {
     if telemetry::forked() {
         return None;
     }
@@ -51,24 +52,25 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int) -
         tracing::warn!("no communicator slot or memory left; this communicator is not profiled");
         return None;
     };
-    activation::attach(mask, || plan(config, logfn), SystemTime::now());
+    activation::attach(mask, || plan(config, logfn, abi), SystemTime::now());
     Some(Context::new(id, hash).encode())
 }
 
-/// The process's activation plan, made at its first profiled `init` and logged: KernelCh's duty
-/// is `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the NCCL release found.
-fn plan(config: &Config, logfn: ncclDebugLogger_t) -> Plan {
+/// The process's activation plan, made at its first profiled `init` and logged with the NCCL
+/// release and the profiler ABI version NCCL chose: KernelCh's duty is
+/// `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the release.
+fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
     let nccl = nccl_version::detect(logfn);
     let plan = Plan {
         mask: config.event_mask,
         every: config
             .kernel_ch_every
-            .unwrap_or_else(|| activation::default_every(nccl)),
+            .unwrap_or_else(|| activation::default_every(nccl, abi)),
         period: config.interval,
     };
     let release = nccl.map_or_else(|| "NCCL of unknown release".to_owned(), |v| format!("NCCL {v}"));
     tracing::info!(
-        "{release}: activation mask {:#x}, KernelCh (GPU times) requested {:.0} % of the time",
+        "{release} chose profiler ABI v{abi}: activation mask {:#x}, KernelCh (GPU times) requested {:.0} % of the time",
         plan.mask,
         plan.duty() * 100.0
     );

@@ -1,5 +1,6 @@
-//! The exported tables NCCL looks up (`ncclProfiler_v4`) and their version-specific `extern "C"`
-//! shims, which read the C arguments and call the generic bodies in [`super::events`] and
+//! The exported tables NCCL looks up (`ncclProfiler_v4` to `ncclProfiler_v7`; NCCL takes the
+//! newest it knows, spec 1.3 and 7.4) and their `extern "C"` shims, one generic shim per callback:
+//! they read the C arguments and call the generic bodies in [`super::events`] and
 //! [`super::lifecycle`]. Called on: NCCL's init, user and proxy threads.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -8,11 +9,11 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use super::events::{UNTIMED, record_event_state, start_event, stop_event};
 use super::guard::guarded;
 use super::lifecycle::{finalize, init};
-use crate::abi::v4::{DescrV4, StateArgsV4};
+use crate::abi::{Descriptor, StateArgs};
 use crate::aggregate::CommMeta;
 use crate::bindings::{
-    ncclDebugLogger_t, ncclProfiler_v4_t, ncclProfilerEventDescr_v4_t, ncclProfilerEventState_t,
-    ncclProfilerEventStateArgs_v4_t, ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclDebugLogger_t, ncclProfiler_v4_t, ncclProfiler_v5_t, ncclProfiler_v6_t, ncclProfiler_v7_t,
+    ncclProfilerEventState_t, ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
 use crate::stats::STATS;
@@ -21,26 +22,117 @@ use crate::stats::STATS;
 #[repr(transparent)]
 pub struct Table<T>(pub T);
 
-// SAFETY: the only non-`Sync` field is `name`, a pointer to a `'static` C string literal that is
-// never written; the rest are function pointers.
+// SAFETY: the only non-`Sync` fields are `name`, a pointer to a `'static` C string literal that
+// is never written, and NULL padding; the rest are function pointers.
 unsafe impl<T> Sync for Table<T> {}
 
-/// Profiler API v4, found by NCCL 2.27 and later.
+/// A table followed by two NULL pointers. Two unreleased designs that reuse the name
+/// `ncclProfiler_v7` give the table a seventh (and eighth) entry and read NULL there as "not
+/// provided" (spec 8.x.4): with the padding, no NCCL reads past our object.
+#[repr(C)]
+pub struct Padded<T> {
+    /// The table as NCCL 2.31.2 defines it (six entries).
+    pub table: T,
+    /// NULL, for the entries other definitions append.
+    pub reserved: [*const c_void; 2],
+}
+
+/// The six entries every version shares, for a version's table type and its `init`.
+macro_rules! table {
+    ($t:ident, $init:expr) => {
+        $t {
+            name: c"otel".as_ptr(),
+            init: Some($init),
+            startEvent: Some(start_event_shim),
+            stopEvent: Some(stop_event),
+            recordEventState: Some(record_event_state_shim),
+            finalize: Some(finalize),
+        }
+    };
+}
+
+/// Profiler API v4: used by NCCL 2.27.
 #[unsafe(no_mangle)]
-pub static ncclProfiler_v4: Table<ncclProfiler_v4_t> = Table(ncclProfiler_v4_t {
-    name: c"otel".as_ptr(),
-    init: Some(init_v4),
-    startEvent: Some(start_event_v4),
-    stopEvent: Some(stop_event),
-    recordEventState: Some(record_event_state_v4),
-    finalize: Some(finalize),
+pub static ncclProfiler_v4: Table<ncclProfiler_v4_t> = Table(table!(ncclProfiler_v4_t, init_v4));
+
+/// Profiler API v5: used by NCCL 2.28.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v5: Table<ncclProfiler_v5_t> = Table(table!(ncclProfiler_v5_t, init_v5::<5>));
+
+/// Profiler API v6: used by NCCL 2.29 and 2.30.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v6: Table<ncclProfiler_v6_t> = Table(table!(ncclProfiler_v6_t, init_v5::<6>));
+
+/// Profiler API v7 as released in NCCL 2.31.2: used by NCCL 2.31 and later.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v7: Table<Padded<ncclProfiler_v7_t>> = Table(Padded {
+    table: table!(ncclProfiler_v7_t, init_v5::<7>),
+    reserved: [std::ptr::null(); 2],
 });
 
+/// `init` of v4: the communicator's hash comes after its name.
 unsafe extern "C" fn init_v4(
     context: *mut *mut c_void,
     activation_mask: *mut c_int,
     comm_name: *const c_char,
     comm_hash: u64,
+    n_nodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    logfn: ncclDebugLogger_t,
+) -> ncclResult_t {
+    // SAFETY: NCCL's arguments, passed on.
+    unsafe {
+        init_shim(
+            4,
+            context,
+            comm_hash,
+            activation_mask,
+            comm_name,
+            n_nodes,
+            nranks,
+            rank,
+            logfn,
+        )
+    }
+}
+
+/// `init` of v5 to v7 (`ABI`): the communicator's hash comes second.
+unsafe extern "C" fn init_v5<const ABI: u8>(
+    context: *mut *mut c_void,
+    comm_id: u64,
+    activation_mask: *mut c_int,
+    comm_name: *const c_char,
+    n_nodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    logfn: ncclDebugLogger_t,
+) -> ncclResult_t {
+    // SAFETY: NCCL's arguments, passed on.
+    unsafe {
+        init_shim(
+            ABI,
+            context,
+            comm_id,
+            activation_mask,
+            comm_name,
+            n_nodes,
+            nranks,
+            rank,
+            logfn,
+        )
+    }
+}
+
+/// # Safety
+/// `context` is NULL or NCCL's context slot; `comm_name` NULL or a C string valid for the call.
+#[allow(clippy::too_many_arguments)] // NCCL's `init` arguments, one to one
+unsafe fn init_shim(
+    abi: u8,
+    context: *mut *mut c_void,
+    comm_hash: u64,
+    activation_mask: *mut c_int,
+    comm_name: *const c_char,
     n_nodes: c_int,
     nranks: c_int,
     rank: c_int,
@@ -63,7 +155,7 @@ unsafe extern "C" fn init_v4(
             nranks,
             nnodes: n_nodes,
         };
-        let Some(ctx) = init(meta, logfn, activation_mask) else {
+        let Some(ctx) = init(meta, logfn, activation_mask, abi) else {
             return;
         };
         // SAFETY: `context` was checked non-NULL above.
@@ -71,19 +163,21 @@ unsafe extern "C" fn init_v4(
     })
 }
 
-unsafe extern "C" fn start_event_v4(
+/// `startEvent` of every version, over its descriptor type `D`.
+unsafe extern "C" fn start_event_shim<D: Descriptor>(
     context: *mut c_void,
     handle: *mut *mut c_void,
-    descr: *mut ncclProfilerEventDescr_v4_t,
+    descr: *mut D,
 ) -> ncclResult_t {
-    // SAFETY: NCCL passes a valid descriptor pointer or NULL; `DescrV4` is `repr(transparent)`.
-    guarded(|owner| unsafe { start_event(owner, context as u64, handle, descr.cast::<DescrV4>()) })
+    // SAFETY: NCCL passes a valid descriptor pointer of its table's version, or NULL.
+    guarded(|owner| unsafe { start_event(owner, context as u64, handle, descr.cast_const()) })
 }
 
-unsafe extern "C" fn record_event_state_v4(
+/// `recordEventState` of every version, over its state-argument type `A`.
+unsafe extern "C" fn record_event_state_shim<A: StateArgs>(
     handle: *mut c_void,
     state: ncclProfilerEventState_t,
-    args: *mut ncclProfilerEventStateArgs_v4_t,
+    args: *mut A,
 ) -> ncclResult_t {
     // Only SendWait's time is used (a transfer starts there); read it first.
     let ts = if state == ncclProfilerProxyStepSendWait {
@@ -92,8 +186,8 @@ unsafe extern "C" fn record_event_state_v4(
         UNTIMED
     };
     guarded(|owner| {
-        // SAFETY: NCCL passes NULL or valid state args for this call; `StateArgsV4` is transparent.
-        let args = unsafe { args.cast::<StateArgsV4>().as_ref() };
+        // SAFETY: NCCL passes NULL or valid state args of its table's version for this call.
+        let args = unsafe { args.as_ref() };
         record_event_state(owner, handle, state, args, ts)
     })
 }

@@ -16,18 +16,27 @@ use nccl_profiler_otel::bindings::*;
 use parking_lot::Mutex;
 
 use super::logger;
+use super::release::{self, Release};
 
-/// NCCL's event type bits and state values used by the emulator (spec 2.2, 2.3).
+/// NCCL's event type bits and state values used by the emulator (spec 2.2, 2.3, 7.2.1).
 pub mod ty {
     use nccl_profiler_otel::bindings::*;
-    pub const GROUP: u8 = ncclProfileGroup as u8;
-    pub const COLL: u8 = ncclProfileColl as u8;
-    pub const P2P: u8 = ncclProfileP2p as u8;
-    pub const PROXY_OP: u8 = ncclProfileProxyOp as u8;
-    pub const PROXY_STEP: u8 = ncclProfileProxyStep as u8;
-    pub const PROXY_CTRL: u8 = ncclProfileProxyCtrl as u8;
-    pub const KERNEL_CH: u8 = ncclProfileKernelCh as u8;
-    pub const NET_PLUGIN: u8 = ncclProfileNetPlugin as u8;
+    pub const GROUP: u64 = ncclProfileGroup as u64;
+    pub const COLL: u64 = ncclProfileColl as u64;
+    pub const P2P: u64 = ncclProfileP2p as u64;
+    pub const PROXY_OP: u64 = ncclProfileProxyOp as u64;
+    pub const PROXY_STEP: u64 = ncclProfileProxyStep as u64;
+    pub const PROXY_CTRL: u64 = ncclProfileProxyCtrl as u64;
+    pub const KERNEL_CH: u64 = ncclProfileKernelCh as u64;
+    pub const NET_PLUGIN: u64 = ncclProfileNetPlugin as u64;
+    pub const GROUP_API: u64 = ncclProfileGroupApi as u64;
+    pub const COLL_API: u64 = ncclProfileCollApi as u64;
+    pub const P2P_API: u64 = ncclProfileP2pApi as u64;
+    pub const KERNEL_LAUNCH: u64 = ncclProfileKernelLaunch as u64;
+    pub const CE_COLL: u64 = ncclProfileCeColl as u64;
+    pub const CE_SYNC: u64 = ncclProfileCeSync as u64;
+    pub const CE_BATCH: u64 = ncclProfileCeBatch as u64;
+    pub const KERNEL_PHASE: u64 = ncclProfileKernelPhase as u64;
     pub const SEND_GPU_WAIT: u32 = ncclProfilerProxyStepSendGPUWait;
     pub const SEND_PEER_WAIT: u32 = ncclProfilerProxyStepSendPeerWait_v4;
     pub const SEND_WAIT: u32 = ncclProfilerProxyStepSendWait;
@@ -43,6 +52,9 @@ pub mod ty {
     pub const OP_IN_PROGRESS: u32 = ncclProfilerProxyOpInProgress_v4;
     pub const NET_PLUGIN_UPDATE: u32 = ncclProfilerNetPluginUpdate;
     pub const KERNEL_CH_STOP: u32 = ncclProfilerKernelChStop;
+    pub const GROUP_START_API_STOP: u32 = ncclProfilerGroupStartApiStop;
+    pub const GROUP_END_API_START: u32 = ncclProfilerGroupEndApiStart;
+    pub const KERNEL_PHASE_STOP: u32 = ncclProfilerKernelPhaseStop;
 }
 
 /// Which event types NCCL starts for an activation mask (spec 3.2: parents are started whenever
@@ -56,9 +68,27 @@ pub mod mask {
     pub const PROXY_CTRL: i32 = 0x20;
     pub const KERNEL_CH: i32 = 0x40;
     pub const NET_PLUGIN: i32 = 0x80;
+    pub const GROUP_API: i32 = 0x100;
+    pub const COLL_API: i32 = 0x200;
+    pub const P2P_API: i32 = 0x400;
+    pub const KERNEL_LAUNCH: i32 = 0x800;
+    pub const CE: i32 = 0x7000;
+    pub const KERNEL_PHASE: i32 = 0x8000;
     /// Every type a v4 plugin can receive.
     pub const ALL_V4: i32 = 0xFF;
 
+    pub fn group_api(m: i32) -> bool {
+        m & !PROXY_CTRL != 0
+    }
+    pub fn coll_api(m: i32) -> bool {
+        m & (COLL_API | COLL | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN | CE) != 0
+    }
+    pub fn p2p_api(m: i32) -> bool {
+        m & (P2P_API | P2P | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN) != 0
+    }
+    pub fn kernel_launch(m: i32) -> bool {
+        m & KERNEL_LAUNCH != 0
+    }
     pub fn group(m: i32) -> bool {
         m & (GROUP | COLL | P2P | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN) != 0
     }
@@ -88,24 +118,46 @@ pub mod mask {
 /// A profiler API version, by its exported symbol `ncclProfiler_vN`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
+    V1 = 1,
+    V2 = 2,
+    V3 = 3,
     V4 = 4,
     V5 = 5,
     V6 = 6,
+    V7 = 7,
 }
 
 impl Version {
-    /// The order NCCL 2.30 looks the symbols up in (spec 1.3; v3–v1 are not emulated).
-    pub const NCCL_ORDER: [Version; 3] = [Version::V6, Version::V5, Version::V4];
+    /// Every version, oldest first.
+    pub const ALL: [Version; 7] = [
+        Version::V1,
+        Version::V2,
+        Version::V3,
+        Version::V4,
+        Version::V5,
+        Version::V6,
+        Version::V7,
+    ];
 
     /// The versions the emulator can drive.
-    pub const DRIVABLE: [Version; 1] = [Version::V4];
+    pub const DRIVABLE: [Version; 4] = [Version::V4, Version::V5, Version::V6, Version::V7];
 
     pub fn symbol(self) -> &'static CStr {
         match self {
+            Version::V1 => c"ncclProfiler_v1",
+            Version::V2 => c"ncclProfiler_v2",
+            Version::V3 => c"ncclProfiler_v3",
             Version::V4 => c"ncclProfiler_v4",
             Version::V5 => c"ncclProfiler_v5",
             Version::V6 => c"ncclProfiler_v6",
+            Version::V7 => c"ncclProfiler_v7",
         }
+    }
+
+    /// `v7` or `7` → [`Version::V7`].
+    pub fn parse(s: &str) -> Option<Version> {
+        let n: u8 = s.trim().trim_start_matches('v').parse().ok()?;
+        Version::ALL.iter().copied().find(|&v| v as u8 == n)
     }
 }
 
@@ -176,14 +228,69 @@ pub fn built_library() -> Result<PathBuf, String> {
     })
 }
 
-/// A loaded profiler table, driven as v4.
+/// A loaded profiler table of one version, driven the way the emulated NCCL release drives it:
+/// natively when it is the newest table the release knows, else through that release's adapter.
 pub struct Plugin {
-    table: &'static ncclProfiler_v4_t,
+    table: Table,
     found: Vec<Version>,
+    release: Release,
     /// NCCL's process-wide activation mask: every `init` gets its address (spec 3.2).
     mask: Box<AtomicI32>,
     // Keeps a dlopen'ed library mapped while the table is used (`table` points into it).
     lib: Option<libloading::Library>,
+}
+
+/// `$body` with `$t` bound to the driven table, whatever its version (the six entries have the
+/// same names in every version).
+macro_rules! each_table {
+    ($table:expr, $t:ident => $body:expr) => {
+        match $table {
+            Table::V4($t) => $body,
+            Table::V5($t) => $body,
+            Table::V6($t) => $body,
+            Table::V7($t) => $body,
+        }
+    };
+}
+
+/// The table being driven, typed by its version.
+#[derive(Clone, Copy)]
+enum Table {
+    V4(&'static ncclProfiler_v4_t),
+    V5(&'static ncclProfiler_v5_t),
+    V6(&'static ncclProfiler_v6_t),
+    V7(&'static ncclProfiler_v7_t),
+}
+
+impl Table {
+    /// # Safety
+    /// `p` is the address of a live `ncclProfiler_vN_t` of `version` (the layout of 2.4: six
+    /// pointers), valid as long as the returned value is used.
+    unsafe fn from_raw(version: Version, p: *const c_void) -> Option<Table> {
+        // SAFETY: per this function's contract.
+        unsafe {
+            Some(match version {
+                Version::V4 => Table::V4(&*p.cast()),
+                Version::V5 => Table::V5(&*p.cast()),
+                Version::V6 => Table::V6(&*p.cast()),
+                Version::V7 => Table::V7(&*p.cast()),
+                _ => return None,
+            })
+        }
+    }
+
+    fn version(self) -> Version {
+        match self {
+            Table::V4(_) => Version::V4,
+            Table::V5(_) => Version::V5,
+            Table::V6(_) => Version::V6,
+            Table::V7(_) => Version::V7,
+        }
+    }
+
+    fn name(self) -> *const c_char {
+        each_table!(self, t => t.name)
+    }
 }
 
 // SAFETY: the table is immutable (function pointers and a static name string) and the mask is an
@@ -223,10 +330,14 @@ impl H {
     }
 }
 
-/// The zero-initialised v4 descriptor of an event type.
-pub fn descr(ty: u8, parent: H, rank: i32) -> ncclProfilerEventDescr_v4_t {
-    // SAFETY: all-zero is a valid descriptor (integers and NULL pointers), as NCCL builds them.
-    let mut d: ncclProfilerEventDescr_v4_t = unsafe { std::mem::zeroed() };
+/// The emulator's descriptor: NCCL 2.31.2's v7 layout, the richest; [`Plugin::start`] turns it
+/// into the driven version's, as the emulated release or its adapter does.
+pub type Descr = ncclProfilerEventDescr_v7_t;
+
+/// The zero-initialised descriptor of an event type, as NCCL builds them.
+pub fn descr(ty: u64, parent: H, rank: i32) -> Descr {
+    // SAFETY: all-zero is a valid descriptor (integers and NULL pointers).
+    let mut d: Descr = unsafe { std::mem::zeroed() };
     d.type_ = ty;
     d.parentObj = parent.0;
     d.rank = rank;
@@ -255,36 +366,71 @@ fn count_call() {
     CALLS.with(|c| c.set(c.get() + 1));
 }
 
+/// The table `EMU_PROFILER_ABI` (`4` or `v4` … `7`) asks to drive instead of the release's
+/// newest; panics on anything else (a test setting must not be silently ignored).
+fn forced_version() -> Option<Version> {
+    let s = std::env::var("EMU_PROFILER_ABI").ok()?;
+    Some(Version::parse(&s).unwrap_or_else(|| panic!("EMU_PROFILER_ABI={s:?} is not a version like v7")))
+}
+
 /// Our pid as NCCL compares it for PXN.
 pub fn pid() -> i32 {
     std::process::id() as i32
 }
 
 impl Plugin {
-    fn new(table: &'static ncclProfiler_v4_t, found: Vec<Version>, lib: Option<libloading::Library>) -> Plugin {
+    fn new(table: Table, found: Vec<Version>, release: Release, lib: Option<libloading::Library>) -> Plugin {
         Plugin {
             table,
             found,
+            release,
             mask: Box::new(AtomicI32::new(0)),
             lib,
         }
     }
 
-    /// The plugin linked into this binary (its exported `ncclProfiler_v4`).
+    /// The plugin linked into this binary, as the emulated release ([`release::current`]) finds
+    /// it: its newest table that release knows, or the one `EMU_PROFILER_ABI` names (driven
+    /// through the release's adapter when older).
     pub fn in_process() -> Plugin {
-        Plugin::new(&nccl_profiler_otel::ffi::ncclProfiler_v4.0, vec![Version::V4], None)
+        use nccl_profiler_otel::ffi;
+        let release = release::current();
+        let linked = [Version::V7, Version::V6, Version::V5, Version::V4];
+        let found: Vec<Version> = release
+            .lookup_order()
+            .into_iter()
+            .filter(|v| linked.contains(v))
+            .collect();
+        let version = forced_version().or(found.first().copied()).unwrap_or_else(|| {
+            panic!(
+                "NCCL {release} looks up {:?}; the emulator drives only {:?}",
+                release.lookup_order(),
+                Version::DRIVABLE
+            )
+        });
+        let table = match version {
+            Version::V4 => Table::V4(&ffi::ncclProfiler_v4.0),
+            Version::V5 => Table::V5(&ffi::ncclProfiler_v5.0),
+            Version::V6 => Table::V6(&ffi::ncclProfiler_v6.0),
+            Version::V7 => Table::V7(&ffi::ncclProfiler_v7.0.table),
+            v => panic!("the emulator cannot drive {v} yet (drivable: {:?})", Version::DRIVABLE),
+        };
+        Plugin::new(table, found, release, None)
     }
 
-    /// Loads a built plugin the way NCCL does: `dlopen(path, RTLD_NOW | RTLD_LOCAL)`, then the
-    /// data symbols `ncclProfiler_v6`, `_v5`, `_v4`, newest first. NCCL would use the newest one
-    /// found ([`Plugin::nccl_would_use`]); the emulator drives v4 when it is exported and
-    /// reports [`LoadError::Unsupported`] when only newer versions are.
+    /// Loads a built plugin the way the emulated release does: `dlopen(path, RTLD_NOW |
+    /// RTLD_LOCAL)`, then the data symbols `ncclProfiler_vN` it knows, newest first, and drives
+    /// the first one found (or the one `EMU_PROFILER_ABI` names); [`LoadError::Unsupported`]
+    /// when the emulator cannot drive it.
     pub fn load(path: &Path) -> Result<Plugin, LoadError> {
-        Self::open(path, &Version::NCCL_ORDER)
+        match forced_version() {
+            Some(v) => Self::open(path, &[v]),
+            None => Self::open(path, &release::current().lookup_order()),
+        }
     }
 
-    /// Like [`Plugin::load`], but looks up `version` only (NCCL has no such switch; the flag
-    /// exists to test one table of a plugin that exports several).
+    /// Like [`Plugin::load`], but looks up `version` only (NCCL has no such switch; it tests one
+    /// table of a plugin that exports several, through the release's adapter when older).
     pub fn load_version(path: &Path, version: Version) -> Result<Plugin, LoadError> {
         Self::open(path, &[version])
     }
@@ -301,28 +447,27 @@ impl Plugin {
         let lib =
             unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| LoadError::Open(e.to_string()))?;
         let lookup = |v: Version| {
-            // SAFETY: the symbol, when present, is a `ncclProfiler_vN_t` static (48 bytes of
-            // pointers for every version) that lives as long as the library.
-            unsafe { lib.get::<*const ncclProfiler_v4_t>(v.symbol().to_bytes_with_nul()) }
+            // SAFETY: the symbol, when present, is a `ncclProfiler_vN_t` static that lives as
+            // long as the library.
+            unsafe { lib.get::<*const c_void>(v.symbol().to_bytes_with_nul()) }
                 .ok()
                 .map(|sym| *sym)
         };
         let found: Vec<Version> = versions.iter().copied().filter(|&v| lookup(v).is_some()).collect();
-        if found.is_empty() {
+        let Some(&newest) = found.first() else {
             return Err(LoadError::NoSymbol {
                 path: path.to_owned(),
                 looked_up: versions.to_vec(),
             });
-        }
-        let Some(table) = found.contains(&Version::V4).then(|| lookup(Version::V4)).flatten() else {
+        };
+        // SAFETY: the symbol of `newest` in a library kept open in `lib`.
+        let Some(table) = lookup(newest).and_then(|p| unsafe { Table::from_raw(newest, p) }) else {
             return Err(LoadError::Unsupported {
                 path: path.to_owned(),
                 found,
             });
         };
-        // SAFETY: non-NULL symbol address of a static in a library we keep open in `lib`.
-        let table: &'static ncclProfiler_v4_t = unsafe { &*table };
-        Ok(Plugin::new(table, found, Some(lib.into())))
+        Ok(Plugin::new(table, found, release::current(), Some(lib.into())))
     }
 
     /// The versions found, newest first.
@@ -330,14 +475,20 @@ impl Plugin {
         &self.found
     }
 
-    /// What NCCL 2.30 would use: the newest version found.
-    pub fn nccl_would_use(&self) -> Version {
-        self.found.first().copied().unwrap_or(Version::V4)
-    }
-
     /// The version the emulator drives.
     pub fn driving(&self) -> Version {
-        Version::V4
+        self.table.version()
+    }
+
+    /// The NCCL release emulated.
+    pub fn release(&self) -> Release {
+        self.release
+    }
+
+    /// Whether the release calls the table directly (its newest known version), not through an
+    /// adapter.
+    pub fn native(&self) -> bool {
+        self.driving() == self.release.newest_abi()
     }
 
     /// Whether the table came from `dlopen`.
@@ -353,14 +504,14 @@ impl Plugin {
     /// The table's `name`.
     pub fn name(&self) -> String {
         // SAFETY: the plugin's name is a static C string.
-        unsafe { CStr::from_ptr(self.table.name) }
+        unsafe { CStr::from_ptr(self.table.name()) }
             .to_string_lossy()
             .into_owned()
     }
 
-    /// The raw table, for benchmarks that call it directly.
-    pub fn table(&self) -> &'static ncclProfiler_v4_t {
-        self.table
+    /// The address of the driven table (the same static while the library stays mapped).
+    pub fn table_address(&self) -> usize {
+        each_table!(self.table, t => ptr::from_ref(t) as usize)
     }
 
     /// The activation mask as NCCL would read it now.
@@ -368,28 +519,42 @@ impl Plugin {
         self.mask.load(Ordering::Relaxed)
     }
 
-    /// `init` for a communicator with NCCL's arguments and the emulator's logger; returns the
-    /// comm and the activation mask the plugin set.
+    /// `init` for a communicator with NCCL's arguments (in the driven version's order) and the
+    /// emulator's logger; returns the comm and the activation mask as NCCL then reads it (after
+    /// its adapter and its own rules, spec 4.8, 7.3.4, 7.4).
     pub fn init(&self, name: Option<&str>, hash: u64, n_nodes: i32, nranks: i32, rank: i32) -> (Comm, i32) {
         let name = name.map(|n| CString::new(n).expect("no NUL in a comm name"));
+        let name_ptr = name.as_ref().map_or(ptr::null(), |n| n.as_ptr());
         let mut context: *mut c_void = 0xdead as *mut c_void;
+        let mask = self.mask.as_ptr();
+        let log = logger::logfn();
         count_call();
         // SAFETY: the arguments are what NCCL passes: the address of a context slot, of the
         // process-wide mask, a C string valid for the call, and a logger (or NULL).
         let rc = unsafe {
-            (self.table.init.expect("init"))(
-                &mut context,
-                self.mask.as_ptr(),
-                name.as_ref().map_or(ptr::null(), |n| n.as_ptr()),
-                hash,
-                n_nodes,
-                nranks,
-                rank,
-                logger::logfn(),
-            )
+            match self.table {
+                Table::V4(t) => (t.init.expect("init"))(&mut context, mask, name_ptr, hash, n_nodes, nranks, rank, log),
+                Table::V5(t) => (t.init.expect("init"))(&mut context, hash, mask, name_ptr, n_nodes, nranks, rank, log),
+                Table::V6(t) => (t.init.expect("init"))(&mut context, hash, mask, name_ptr, n_nodes, nranks, rank, log),
+                Table::V7(t) => (t.init.expect("init"))(&mut context, hash, mask, name_ptr, n_nodes, nranks, rank, log),
+            }
         };
         assert_eq!(rc, ncclSuccess, "init must never fail");
         drop(name); // NCCL does not keep commName alive: the plugin must have copied it.
+        let (release, version) = (self.release, self.driving());
+        // The v5 adapter clears the copy-engine bits (2.29+) and KernelPhase (2.31); the v6
+        // adapter of 2.31 clears KernelPhase; 2.31 then forces KernelCh under KernelPhase.
+        let mut cleared = 0;
+        if version == Version::V5 && release >= Release::V2_30_7 {
+            cleared |= mask::CE;
+        }
+        if release >= Release::V2_31_2 && version < Version::V7 && version >= Version::V5 {
+            cleared |= mask::KERNEL_PHASE;
+        }
+        let mut m = self.mask.fetch_and(!cleared, Ordering::Relaxed) & !cleared;
+        if release >= Release::V2_31_2 && m & mask::KERNEL_PHASE != 0 && m & mask::KERNEL_CH == 0 {
+            m = self.mask.fetch_or(mask::KERNEL_CH, Ordering::Relaxed) | mask::KERNEL_CH;
+        }
         (
             Comm {
                 context,
@@ -397,57 +562,227 @@ impl Plugin {
                 rank,
                 nranks,
             },
-            self.mask(),
+            m,
         )
     }
 
-    /// `startEvent`; returns the handle the plugin wrote (the slot is pre-filled with garbage to
-    /// check that it is always written).
-    pub fn start(&self, context: *mut c_void, d: &mut ncclProfilerEventDescr_v4_t) -> H {
+    /// `startEvent` with `d` as the driven version receives it; returns the handle the plugin
+    /// wrote (the slot is pre-filled with garbage to check that it is always written), or NULL
+    /// when the release's adapter answers without calling the plugin.
+    pub fn start(&self, context: *mut c_void, d: &mut Descr) -> H {
         let mut h: *mut c_void = 0xbad as *mut c_void;
+        let slot: *mut *mut c_void = &mut h;
         count_call();
-        // SAFETY: a handle slot and a descriptor valid for the call, as NCCL passes them.
-        let rc = unsafe { (self.table.startEvent.expect("startEvent"))(context, &mut h, d) };
+        // SAFETY: a handle slot and a descriptor of the table's version valid for the call, as
+        // NCCL passes them.
+        let rc = unsafe {
+            match self.table {
+                Table::V7(t) => (t.startEvent.expect("startEvent"))(context, slot, d),
+                Table::V6(t) => match self.as_v6(d) {
+                    Some(mut v6) => (t.startEvent.expect("startEvent"))(context, slot, &mut v6),
+                    None => return H::NULL,
+                },
+                Table::V5(t) => match self.as_v6(d) {
+                    Some(mut v6) => (t.startEvent.expect("startEvent"))(context, slot, (&raw mut v6).cast()),
+                    None => return H::NULL,
+                },
+                Table::V4(t) => match self.as_v4(d) {
+                    Some(mut v4) => (t.startEvent.expect("startEvent"))(context, slot, &mut v4),
+                    None => return H::NULL,
+                },
+            }
+        };
         assert_eq!(rc, ncclSuccess);
         assert_ne!(h, 0xbad as *mut c_void, "*eHandle must always be written");
         H(h)
     }
 
+    /// `d` in the v5/v6 layout (the same bytes up to 112, without v7's tags), or `None` for
+    /// what the adapter answers itself: KernelPhase (v5, v6 on 2.31) and the copy-engine events
+    /// (v5 on 2.29+).
+    fn as_v6(&self, d: &Descr) -> Option<ncclProfilerEventDescr_v6_t> {
+        if d.type_ == ty::KERNEL_PHASE || (self.driving() == Version::V5 && d.type_ & mask::CE as u64 != 0) {
+            return None;
+        }
+        let mut v6 = ncclProfilerEventDescr_v6_t::default();
+        // SAFETY: both are plain-data C structs; every v6 field has the same offset in v7 (spec
+        // 7.2.2), and the v6 struct is the shorter.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                ptr::from_ref(d).cast::<u8>(),
+                (&raw mut v6).cast::<u8>(),
+                std::mem::size_of_val(&v6),
+            );
+            // v7's tags inside the first 112 bytes: padding or other members in v6.
+            let u = &mut v6.__bindgen_anon_1;
+            match d.type_ {
+                ty::COLL_API => ptr::write_bytes((&raw mut u.collApi).cast::<u8>().add(48), 0, 8),
+                ty::P2P_API => ptr::write_bytes((&raw mut u.p2pApi).cast::<u8>().add(40), 0, 8),
+                ty::P2P => ptr::write_bytes((&raw mut u.p2p).cast::<u8>().add(48), 0, 8),
+                _ => {}
+            }
+        }
+        Some(v6)
+    }
+
+    /// `d` in the v4 layout, or `None` for types v4 does not know (the adapter returns without
+    /// calling the plugin, spec 4.8). Natively (2.27) the descriptor is zeroed and Coll/P2p hang
+    /// under the Group handle already; through the adapter of 2.28+ it is not zeroed (garbage
+    /// here), `p2p.nChannels` is not copied and `parentObj` is taken from `parentGroup`.
+    fn as_v4(&self, d: &Descr) -> Option<ncclProfilerEventDescr_v4_t> {
+        if d.type_ > ty::NET_PLUGIN {
+            return None;
+        }
+        let adapter = !self.native();
+        // SAFETY: any bit pattern is a valid descriptor value (integers and raw pointers).
+        let mut v4: ncclProfilerEventDescr_v4_t =
+            unsafe { std::mem::transmute([if adapter { 0xA5u8 } else { 0 }; 104]) };
+        v4.type_ = d.type_ as u8;
+        v4.rank = d.rank;
+        v4.parentObj = d.parentObj;
+        // SAFETY: reading the member that matches `type`, writing the same member.
+        unsafe {
+            let (from, to) = (&d.__bindgen_anon_1, &mut v4.__bindgen_anon_1);
+            match d.type_ {
+                ty::COLL => {
+                    let (f, t) = (&from.coll, &mut to.coll);
+                    if self.release.api_events() {
+                        v4.parentObj = f.parentGroup;
+                    }
+                    t.seqNumber = f.seqNumber;
+                    t.func = f.func;
+                    t.sendBuff = f.sendBuff;
+                    t.recvBuff = f.recvBuff;
+                    t.count = f.count;
+                    t.root = f.root;
+                    t.datatype = f.datatype;
+                    t.nChannels = f.nChannels;
+                    t.nWarps = f.nWarps;
+                    t.algo = f.algo;
+                    t.proto = f.proto;
+                }
+                ty::P2P => {
+                    let (f, t) = (&from.p2p, &mut to.p2p);
+                    if self.release.api_events() {
+                        v4.parentObj = f.parentGroup;
+                    }
+                    t.func = f.func;
+                    t.buff = f.buff;
+                    t.datatype = f.datatype;
+                    t.count = f.count;
+                    t.peer = f.peer;
+                    if !adapter {
+                        t.nChannels = f.nChannels;
+                    }
+                }
+                ty::PROXY_OP => {
+                    let (f, t) = (&from.proxyOp, &mut to.proxyOp);
+                    (t.pid, t.channelId, t.peer) = (f.pid, f.channelId, f.peer);
+                    (t.nSteps, t.chunkSize, t.isSend) = (f.nSteps, f.chunkSize, f.isSend);
+                }
+                ty::PROXY_STEP => to.proxyStep.step = from.proxyStep.step,
+                ty::KERNEL_CH => {
+                    to.kernelCh.channelId = from.kernelCh.channelId;
+                    to.kernelCh.pTimer = from.kernelCh.pTimer;
+                }
+                ty::NET_PLUGIN => {
+                    to.netPlugin.id = from.netPlugin.id;
+                    to.netPlugin.data = from.netPlugin.data;
+                }
+                _ => {}
+            }
+        }
+        Some(v4)
+    }
+
     /// `stopEvent`.
     pub fn stop(&self, h: H) {
         count_call();
+        let stop = each_table!(self.table, t => t.stopEvent);
         // SAFETY: any handle value is allowed; the plugin validates it.
-        assert_eq!(unsafe { (self.table.stopEvent.expect("stopEvent"))(h.0) }, ncclSuccess);
+        assert_eq!(unsafe { (stop.expect("stopEvent"))(h.0) }, ncclSuccess);
     }
 
     /// `recordEventState` with args whose first 8 bytes are `value`: `transSize`, `pTimer`,
-    /// `netPlugin.data`, or (low 32 bits) `appendedProxyOps`.
+    /// `netPlugin.data`, or (low 32 bits) `appendedProxyOps`. States the driven version does not
+    /// know (KernelPhaseStop before v7) are dropped by the adapter.
     pub fn state(&self, h: H, state: u32, value: u64) {
-        let mut args = ncclProfilerEventStateArgs_v4_t {
-            kernelCh: ncclProfilerEventStateArgs_v4_t__bindgen_ty_4 { pTimer: value },
+        if state == ty::KERNEL_PHASE_STOP && self.driving() < Version::V7 {
+            return;
+        }
+        let mut args = ncclProfilerEventStateArgs_v5_t {
+            kernelCh: ncclProfilerEventStateArgs_v5_t__bindgen_ty_4 { pTimer: value },
         };
-        count_call();
-        // SAFETY: any handle value is allowed; `args` is valid for the call.
-        let rc = unsafe { (self.table.recordEventState.expect("recordEventState"))(h.0, state, &mut args) };
-        assert_eq!(rc, ncclSuccess);
+        self.record(h, state, &mut args);
+    }
+
+    /// A GroupApi state (23, 24): NULL args when the table is called directly (2.28+ natively),
+    /// an args union otherwise (the v5 adapter's is not even initialised: garbage here).
+    pub fn group_api_state(&self, h: H, state: u32) {
+        if self.native() {
+            self.state_null(h, state);
+        } else {
+            // SAFETY: any bit pattern is a valid args union (integers and a raw pointer).
+            let mut args: ncclProfilerEventStateArgs_v5_t = unsafe { std::mem::transmute([0xA5u8; 8]) };
+            self.record(h, state, &mut args);
+        }
     }
 
     /// `recordEventState` with NULL args.
     pub fn state_null(&self, h: H, state: u32) {
+        self.record(h, state, ptr::null_mut());
+    }
+
+    fn record(&self, h: H, state: u32, args: *mut ncclProfilerEventStateArgs_v5_t) {
         count_call();
-        // SAFETY: NULL args are allowed (NCCL passes NULL for GroupApi states).
-        let rc = unsafe { (self.table.recordEventState.expect("recordEventState"))(h.0, state, ptr::null_mut()) };
+        // SAFETY: any handle value is allowed; `args` is NULL or valid for the call, and the v4
+        // args union has the v5 one's layout (spec 2.9).
+        let rc = unsafe {
+            each_table!(self.table, t => (t.recordEventState.expect("recordEventState"))(h.0, state, args.cast()))
+        };
         assert_eq!(rc, ncclSuccess);
     }
 
     /// `finalize`.
     pub fn finalize(&self, context: *mut c_void) {
         count_call();
+        let finalize = each_table!(self.table, t => t.finalize);
         // SAFETY: any context value is allowed; the plugin validates it.
-        assert_eq!(
-            unsafe { (self.table.finalize.expect("finalize"))(context) },
-            ncclSuccess
-        );
+        assert_eq!(unsafe { (finalize.expect("finalize"))(context) }, ncclSuccess);
+    }
+
+    /// GroupApi start (2.28+: the first call of an outermost group, `depth` 1 for an implicit
+    /// group, 2 inside `ncclGroupStart`) and its GroupStartApiStop state.
+    pub fn group_api(&self, c: &Comm, depth: i32) -> H {
+        let mut d = descr(ty::GROUP_API, H::NULL, 0);
+        d.__bindgen_anon_1.groupApi.groupDepth = depth;
+        let h = self.start(c.context, &mut d);
+        if !h.is_null() {
+            self.group_api_state(h, ty::GROUP_START_API_STOP);
+        }
+        h
+    }
+
+    /// A CollApi (`ty::COLL_API`) or P2pApi event of one API call under the GroupApi `parent`:
+    /// started and stopped within the call (2.28+); returns its (stopped) handle, the parent of
+    /// the call's Coll/P2p.
+    pub fn api_call(&self, c: &Comm, ty: u64, parent: H, func: *const c_char, count: usize, dtype: *const c_char) -> H {
+        let mut d = descr(ty, parent, 0);
+        // SAFETY: writing the union member that matches `type` (collApi and p2pApi begin alike).
+        unsafe {
+            if ty == self::ty::COLL_API {
+                let a = &mut d.__bindgen_anon_1.collApi;
+                (a.func, a.count, a.datatype) = (func, count, dtype);
+            } else {
+                let a = &mut d.__bindgen_anon_1.p2pApi;
+                (a.func, a.count, a.datatype) = (func, count, dtype);
+            }
+        }
+        let h = self.start(c.context, &mut d);
+        if !h.is_null() {
+            self.stop(h);
+        }
+        h
     }
 
     /// Group start.
@@ -540,7 +875,8 @@ impl Plugin {
     }
 }
 
-/// A Coll descriptor (v4: `parentObj` is the Group handle).
+/// A Coll descriptor under the Group handle `parent` (`parentGroup`; also `parentObj`, as before
+/// NCCL 2.28; from 2.28 the caller sets `parentObj` to the CollApi handle).
 pub fn coll_descr(
     rank: i32,
     parent: H,
@@ -551,11 +887,12 @@ pub fn coll_descr(
     count: usize,
     n_channels: u8,
     seq: u64,
-) -> ncclProfilerEventDescr_v4_t {
+) -> Descr {
     let mut d = descr(ty::COLL, parent, rank);
     // SAFETY: writing the union member that matches `type`.
     unsafe {
         let k = &mut d.__bindgen_anon_1.coll;
+        k.parentGroup = parent.0;
         k.seqNumber = seq;
         k.func = func;
         k.algo = algo;
@@ -568,7 +905,7 @@ pub fn coll_descr(
     d
 }
 
-/// A P2p descriptor.
+/// A P2p descriptor under the Group handle `parent` (as [`coll_descr`]).
 pub fn p2p_descr(
     rank: i32,
     parent: H,
@@ -577,11 +914,12 @@ pub fn p2p_descr(
     count: usize,
     peer: i32,
     n_channels: u8,
-) -> ncclProfilerEventDescr_v4_t {
+) -> Descr {
     let mut d = descr(ty::P2P, parent, rank);
     // SAFETY: writing the union member that matches `type`.
     unsafe {
         let p = &mut d.__bindgen_anon_1.p2p;
+        p.parentGroup = parent.0;
         p.func = func;
         p.datatype = dtype;
         p.count = count;
@@ -601,7 +939,7 @@ pub fn proxy_op_descr(
     n_steps: i32,
     chunk_size: i32,
     is_send: bool,
-) -> ncclProfilerEventDescr_v4_t {
+) -> Descr {
     let mut d = descr(ty::PROXY_OP, parent, rank);
     // SAFETY: writing the union member that matches `type`.
     unsafe {
@@ -618,7 +956,7 @@ pub fn proxy_op_descr(
 
 /// A NetPlugin descriptor (spec 3.10): `parent` is the ProxyStep handle NCCL gave the network
 /// plugin, `data` its own descriptor.
-pub fn net_plugin_descr(parent: H, rank: i32, id: i64, data: *mut c_void) -> ncclProfilerEventDescr_v4_t {
+pub fn net_plugin_descr(parent: H, rank: i32, id: i64, data: *mut c_void) -> Descr {
     let mut d = descr(ty::NET_PLUGIN, parent, rank);
     // SAFETY: writing the union member that matches `type`.
     unsafe {

@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::net::Network;
-use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr};
+use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr, ty};
 use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
 use super::time;
 use super::truth::{CollTruth, Report};
@@ -710,14 +710,33 @@ impl Workload {
                 algo,
                 proto,
             } => {
-                if func == Func::Broadcast && self.options.broadcast_as_allgatherv {
-                    return 0;
-                }
-                let group = if mask::group(m) {
-                    plugin.group(&inst.comm)
+                // 2.28+: the API events, on the user thread at the call (spec 3.4 steps 1–5).
+                let api = plugin.release().api_events();
+                let group_api = if api && mask::group_api(m) {
+                    plugin.group_api(&inst.comm, 1)
                 } else {
                     H::NULL
                 };
+                let coll_api = if api && mask::coll_api(m) {
+                    plugin.api_call(
+                        &inst.comm,
+                        ty::COLL_API,
+                        group_api,
+                        func.cname().as_ptr(),
+                        count as usize,
+                        dtype.cname().as_ptr(),
+                    )
+                } else {
+                    H::NULL
+                };
+                if func == Func::Broadcast && self.options.broadcast_as_allgatherv {
+                    if !group_api.is_null() {
+                        plugin.group_api_state(group_api, ty::GROUP_END_API_START);
+                        plugin.stop(group_api);
+                    }
+                    return 0;
+                }
+                let group = launch(plugin, &inst.comm, group_api, m);
                 let seq = inst.seq[func as usize];
                 inst.seq[func as usize] += 1;
                 let mut d = coll_descr(
@@ -732,8 +751,12 @@ impl Workload {
                     seq,
                 );
                 d.__bindgen_anon_1.coll.root = root;
+                if api {
+                    d.parentObj = coll_api.0;
+                }
                 let start = Instant::now();
-                let root_h = if mask::coll(m) {
+                // Before 2.28 a task event needs a Group handle (spec 8.1).
+                let root_h = if mask::coll(m) && (api || !group.is_null()) {
                     plugin.start(inst.comm.context, &mut d)
                 } else {
                     H::NULL
@@ -745,6 +768,9 @@ impl Workload {
                 }
                 if !group.is_null() {
                     plugin.stop(group);
+                }
+                if !group_api.is_null() {
+                    plugin.stop(group_api);
                 }
                 let task = Task {
                     root: root_h,
@@ -792,66 +818,89 @@ impl Workload {
         truth: &TruthOf<'_>,
         done: &Arc<Done>,
     ) -> u64 {
-        let group = if mask::group(m) {
-            plugin.group(&inst.comm)
+        // 2.28+: GroupApi (a user group) and one P2pApi per call, at the calls (spec 3.5).
+        let api = plugin.release().api_events();
+        let group_api = if api && mask::group_api(m) {
+            plugin.group_api(&inst.comm, 2)
         } else {
             H::NULL
         };
-        let nch = inst.spec.channels;
-        let mut tasks = Vec::new();
-        for &(to, from) in peers {
-            for (func, peer) in [(Func::Send, to), (Func::Recv, from)] {
-                if peer == inst.rank as usize {
-                    continue;
-                }
-                let mut d = p2p_descr(
-                    inst.rank,
-                    group,
-                    func.cname().as_ptr(),
-                    dtype.cname().as_ptr(),
-                    count as usize,
-                    peer as i32,
-                    nch,
-                );
-                let seq = inst.seq[func as usize];
-                inst.seq[func as usize] += 1;
-                let start = Instant::now();
-                let h = if mask::p2p(m) {
-                    plugin.start(inst.comm.context, &mut d)
+        let calls: Vec<(Func, usize)> = peers
+            .iter()
+            .flat_map(|&(to, from)| [(Func::Send, to), (Func::Recv, from)])
+            .filter(|&(_, peer)| peer != inst.rank as usize)
+            .collect();
+        let apis: Vec<H> = calls
+            .iter()
+            .map(|&(func, _)| {
+                if api && mask::p2p_api(m) {
+                    plugin.api_call(
+                        &inst.comm,
+                        ty::P2P_API,
+                        group_api,
+                        func.cname().as_ptr(),
+                        count as usize,
+                        dtype.cname().as_ptr(),
+                    )
                 } else {
                     H::NULL
-                };
-                let started = (start, Instant::now());
-                let ops = self.plan_p2p(inst, w, func, peer, count * dtype.size());
-                let kernels = if mask::kernel_ch(m) {
-                    let per_channel = count * dtype.size() / u64::from(nch);
-                    (0..nch)
-                        .map(|c| KernelPlan {
-                            channel: c,
-                            end: if ops.iter().any(|o| o.channel == c) {
-                                KernelEnd::AfterOps
-                            } else {
-                                KernelEnd::After(self.net.gpu_time(per_channel) + Duration::from_micros(5))
-                            },
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                tasks.push((
-                    h,
-                    Task {
-                        root: h,
-                        mask: m,
-                        launch: start,
-                        truth: truth(func, seq, Some(peer as i32), count, dtype, started),
-                        ops,
-                        kernels,
-                        ring_dep: None,
-                        done: done.clone(),
-                    },
-                ));
+                }
+            })
+            .collect();
+        let group = launch(plugin, &inst.comm, group_api, m);
+        let nch = inst.spec.channels;
+        let mut tasks = Vec::new();
+        for (&(func, peer), &p2p_api) in calls.iter().zip(&apis) {
+            let mut d = p2p_descr(
+                inst.rank,
+                group,
+                func.cname().as_ptr(),
+                dtype.cname().as_ptr(),
+                count as usize,
+                peer as i32,
+                nch,
+            );
+            if api {
+                d.parentObj = p2p_api.0;
             }
+            let seq = inst.seq[func as usize];
+            inst.seq[func as usize] += 1;
+            let start = Instant::now();
+            let h = if mask::p2p(m) && (api || !group.is_null()) {
+                plugin.start(inst.comm.context, &mut d)
+            } else {
+                H::NULL
+            };
+            let started = (start, Instant::now());
+            let ops = self.plan_p2p(inst, w, func, peer, count * dtype.size());
+            let kernels = if mask::kernel_ch(m) {
+                let per_channel = count * dtype.size() / u64::from(nch);
+                (0..nch)
+                    .map(|c| KernelPlan {
+                        channel: c,
+                        end: if ops.iter().any(|o| o.channel == c) {
+                            KernelEnd::AfterOps
+                        } else {
+                            KernelEnd::After(self.net.gpu_time(per_channel) + Duration::from_micros(5))
+                        },
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            tasks.push((
+                h,
+                Task {
+                    root: h,
+                    mask: m,
+                    launch: start,
+                    truth: truth(func, seq, Some(peer as i32), count, dtype, started),
+                    ops,
+                    kernels,
+                    ring_dep: None,
+                    done: done.clone(),
+                },
+            ));
         }
         for (h, _) in &tasks {
             if !h.is_null() {
@@ -860,6 +909,9 @@ impl Workload {
         }
         if !group.is_null() {
             plugin.stop(group);
+        }
+        if !group_api.is_null() {
+            plugin.stop(group_api);
         }
         let n = tasks.len() as u64;
         for (_, task) in tasks {
@@ -1008,6 +1060,15 @@ impl Workload {
 
 /// Parent and children of rank `r` of `n` in channel `c`'s tree: a binary heap over the ranks,
 /// mirrored (rank `n - 1 - r`) on odd channels.
+/// `ncclGroupEnd` up to the plan's Group start: GroupEndApiStart on the open GroupApi (2.28+),
+/// then the Group, when the mask asks for it.
+fn launch(plugin: &Plugin, comm: &Comm, group_api: H, m: i32) -> H {
+    if !group_api.is_null() {
+        plugin.group_api_state(group_api, ty::GROUP_END_API_START);
+    }
+    if mask::group(m) { plugin.group(comm) } else { H::NULL }
+}
+
 fn tree_peers(r: usize, n: usize, c: u8) -> (Option<usize>, Vec<usize>) {
     let flip = |i: usize| if c % 2 == 0 { i } else { n - 1 - i };
     let i = flip(r);
