@@ -653,7 +653,16 @@ fn check_pipelined_links(s: &Setup, report: &Report) -> Result<bool, String> {
         let lat = f.latency.ok_or_else(|| format!("no latency: {what}"))?;
         let thr = f.throughput.ok_or_else(|| format!("no throughput: {what}"))?;
         if rel(bw, wire) > 0.10 || (lat - latency).abs() > (0.10 * latency).max(5e-6) || rel(thr, busy) > 0.05 {
-            return Err(format!("off: {what}"));
+            // A host that paused the emulator's callbacks (1–4 ms on this VM) moves the times
+            // the plugin sees away from the wire's: then the plugin must agree with the
+            // emulator's own estimate from those same callback times.
+            let same_events = l.measured().is_some_and(|(m_lat, m_bw)| {
+                rel(bw, m_bw) <= 0.02 && (lat - m_lat).abs() <= (0.02 * m_lat).max(2e-6) && rel(thr, busy) <= 0.05
+            });
+            if l.disturbed == 0 || !same_events {
+                return Err(format!("off: {what}"));
+            }
+            eprintln!("disturbed by the host, as the emulator measured it too: {what}");
         }
         naive_off |= emulator::truth::fit(&l.samples()).is_none_or(|(_, b)| rel(b, wire) > 0.5);
     }
