@@ -3,8 +3,9 @@
 //! Every `init` passes the address of NCCL's one mask `int`; [`attach`] keeps it and stores the
 //! mask due now. When KernelCh is sampled ([`Plan::every`] > 1), it is requested during the first
 //! `1/every` of each telemetry interval, aligned on the wall clock so that every rank of a job
-//! samples the same operations, and the telemetry thread's [`tick`] toggles bit 6 and nothing
-//! else (the Coll/P2p bits never change: NCCL double-stops stale API handles when they do, spec
+//! samples the same operations, and the telemetry thread's [`tick`] toggles bit 6 (with
+//! KernelPhase, bit 15, which NCCL 2.31 refuses without it) and nothing else (the Coll/P2p bits
+//! never change: NCCL double-stops stale API handles when they do, spec
 //! 4.2). NCCL samples the mask at each API call, so an operation keeps the mask of its enqueue
 //! and a captured CUDA graph that of its capture. A value in the mask that the plugin did not
 //! write (NCCL's RAS override, spec 7.3.4) stops the toggling until the next `init`, with one
@@ -22,6 +23,8 @@ use crate::nccl_version::NcclVersion;
 
 /// The KernelCh bit (`ncclProfileKernelCh`).
 pub const KERNEL_CH: i32 = 0x40;
+/// The KernelPhase bit (`ncclProfileKernelPhase`, v7): toggled with KernelCh.
+pub const KERNEL_PHASE: i32 = 0x8000;
 
 /// The shortest time KernelCh is requested at a stretch: the telemetry thread toggles it on
 /// 10 ms ticks, so shorter stretches would not be the fraction they claim.
@@ -68,7 +71,7 @@ impl Plan {
         if phase < self.on_time().as_nanos() {
             self.mask
         } else {
-            self.mask & !KERNEL_CH
+            self.mask & !(KERNEL_CH | KERNEL_PHASE)
         }
     }
 }

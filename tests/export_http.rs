@@ -61,10 +61,7 @@ fn workload_arrives_with_the_documented_catalogue() {
         reqs.len()
     );
     sx::check(&reqs, &truth);
-    sx::check_catalogue(
-        &reqs,
-        &["nccl.profiler.cardinality.overflow", "nccl.link.latency.missing"],
-    );
+    sx::check_catalogue(&reqs);
 
     // Transport: protobuf to /v1/metrics, every request decoded, none failed (the proxy was
     // bypassed).

@@ -55,6 +55,7 @@ const VARS: &[(&str, Kind, Option<&str>)] = &[
     (config::LINEAR_REGRESSION_MODE, Kind::Word, Some("AVERAGE")),
     (config::EVENT_MASK, Kind::Number, Some("0x10000")),
     (config::KERNEL_CH_EVERY, Kind::Word, Some("0")),
+    (config::V7_EXTENSIONS, Kind::Word, Some("sometimes")),
     (config::WINDOW_CAPACITY, Kind::Number, Some("99999999999999999999")),
     (config::WINDOW_COUNT_TRIGGER, Kind::Number, Some("12abc")),
     (config::EXPORTER, Kind::Word, Some("otlp2")),

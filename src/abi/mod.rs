@@ -44,6 +44,19 @@ pub trait Descriptor {
     fn proxy_step(&self) -> Option<i32>;
     /// KernelCh (channel, GPU start time), when `type` is KernelCh.
     fn kernel_ch(&self) -> Option<(u8, u64)>;
+    /// The application's tag of a Coll or P2p (v7 `userTag`); 0 when untagged or not given.
+    fn user_tag(&self) -> u64 {
+        0
+    }
+    /// KernelPhase (phase id, GPU start time), when `type` is KernelPhase (v7).
+    fn kernel_phase(&self) -> Option<(u8, u64)> {
+        None
+    }
+    /// Whether a Coll ran a symmetric-memory kernel (v7 `isSymColl`; NCCL then overwrites its
+    /// algorithm and protocol names, spec 7.2.6).
+    fn symmetric(&self) -> bool {
+        false
+    }
 }
 
 /// What `recordEventState` needs from one ABI version's state arguments. The caller picks the
@@ -74,10 +87,11 @@ pub unsafe fn c_bytes<'a>(ptr: *const std::os::raw::c_char) -> &'a [u8] {
 /// `coll`, `p2p`, `proxyOp`, `proxyStep` and `kernelCh` members have the same fields and meanings in
 /// all of them; only the width of `type` and members we do not read differ. `p2p.nChannels` is
 /// never read (garbage under the v4 adapter, spec 4.8). With a state-argument type, implements
-/// [`StateArgs`] for it too (v6 and v7 reuse v5's type).
+/// [`StateArgs`] for it too (v6 and v7 reuse v5's type); with a block, adds its methods to the
+/// impl (v7's extensions).
 macro_rules! api_family {
     ($descr:ty, $args:ty) => {
-        $crate::abi::api_family!($descr);
+        $crate::abi::api_family!($descr {});
 
         impl $crate::abi::StateArgs for $args {
             fn trans_size(&self) -> u64 {
@@ -92,8 +106,10 @@ macro_rules! api_family {
             }
         }
     };
-    ($descr:ty) => {
+    ($descr:ty { $($extra:tt)* }) => {
         impl $crate::abi::Descriptor for $descr {
+            $($extra)*
+
             fn event_type(&self) -> u64 {
                 u64::from(self.type_)
             }

@@ -4,4 +4,4 @@
 use super::api_family;
 use crate::bindings::ncclProfilerEventDescr_v6_t;
 
-api_family!(ncclProfilerEventDescr_v6_t);
+api_family!(ncclProfilerEventDescr_v6_t {});

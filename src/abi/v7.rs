@@ -1,8 +1,77 @@
 //! ABI v7 as released in NCCL 2.31.2 (spec 7.2): the v6 descriptor grown to 136 bytes
 //! (`userTag`, `kernelVariant`, `isSymColl`, KernelPhase), every v6 field at its v6 offset; its
 //! state arguments are v5's type.
+//!
+//! Other definitions under the name `ncclProfiler_v7` pass the 112-byte v6 descriptor, or one
+//! without `userTag` (spec 8.x.3): the fields only NVIDIA's 2.31.2 layout has (`userTag`,
+//! `isSymColl`) are read only when [`EXTENSIONS`] says that layout is the one running.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::api_family;
-use crate::bindings::ncclProfilerEventDescr_v7_t;
+use crate::bindings::{ncclProfileColl, ncclProfileKernelPhase, ncclProfileP2p, ncclProfilerEventDescr_v7_t};
 
-api_family!(ncclProfilerEventDescr_v7_t);
+/// Whether `userTag` and `isSymColl` are read: set at `init` from
+/// `NCCL_PROFILER_OTEL_V7_EXTENSIONS` and the NCCL release found (by default only 2.31, whose
+/// layout is known).
+pub static EXTENSIONS: AtomicBool = AtomicBool::new(false);
+
+api_family!(ncclProfilerEventDescr_v7_t {
+    fn user_tag(&self) -> u64 {
+        if !EXTENSIONS.load(Ordering::Relaxed) {
+            return 0;
+        }
+        // SAFETY: `type` selects the member NCCL filled; `userTag` is a plain integer of it
+        // (the 2.31.2 layout, which `EXTENSIONS` vouches for).
+        unsafe {
+            match self.type_ {
+                t if t == u64::from(ncclProfileColl) => self.__bindgen_anon_1.coll.userTag,
+                t if t == u64::from(ncclProfileP2p) => self.__bindgen_anon_1.p2p.userTag,
+                _ => 0,
+            }
+        }
+    }
+
+    fn kernel_phase(&self) -> Option<(u8, u64)> {
+        if self.type_ != u64::from(ncclProfileKernelPhase) {
+            return None;
+        }
+        // SAFETY: `type` is KernelPhase, so NCCL filled `kernelPhase` (integers; its name
+        // pointer is not read). Only a layout that has the member sends the type.
+        let k = unsafe { &self.__bindgen_anon_1.kernelPhase };
+        Some((k.phaseId, k.pTimer))
+    }
+
+    fn symmetric(&self) -> bool {
+        // SAFETY: `type` is Coll, so NCCL filled `coll`; `isSymColl` is a `bool` NCCL writes as
+        // 0 or 1 (the 2.31.2 layout, which `EXTENSIONS` vouches for).
+        EXTENSIONS.load(Ordering::Relaxed)
+            && self.type_ == u64::from(ncclProfileColl)
+            && unsafe { std::ptr::read(std::ptr::addr_of!(self.__bindgen_anon_1.coll.isSymColl).cast::<u8>()) } != 0
+    }
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::Descriptor;
+
+    /// The fields past the v6 prefix are read only while the running layout is known.
+    #[test]
+    fn extensions_are_read_only_when_the_layout_is_known() {
+        let mut d = ncclProfilerEventDescr_v7_t {
+            type_: u64::from(ncclProfileColl),
+            ..Default::default()
+        };
+        d.__bindgen_anon_1.coll.userTag = 5;
+        d.__bindgen_anon_1.coll.isSymColl = true;
+        EXTENSIONS.store(false, Ordering::Relaxed);
+        assert_eq!((d.user_tag(), d.symmetric()), (0, false));
+        EXTENSIONS.store(true, Ordering::Relaxed);
+        assert_eq!((d.user_tag(), d.symmetric()), (5, true));
+        d.type_ = u64::from(ncclProfileP2p);
+        d.__bindgen_anon_1.p2p.userTag = 6;
+        assert_eq!((d.user_tag(), d.symmetric()), (6, false));
+        EXTENSIONS.store(false, Ordering::Relaxed);
+    }
+}

@@ -74,7 +74,28 @@ pub(super) enum GroupKey {
         peer: i32,
         datatype: Datatype,
         size_class: u8,
+        tag: u64,
     },
+}
+
+impl GroupKey {
+    /// The same key with the application's tag.
+    pub(super) fn tagged(self, tag: u64) -> GroupKey {
+        match self {
+            GroupKey::Coll(k) => GroupKey::Coll(CollKey { tag, ..k }),
+            GroupKey::P2p {
+                peer,
+                datatype,
+                size_class,
+                ..
+            } => GroupKey::P2p {
+                peer,
+                datatype,
+                size_class,
+                tag,
+            },
+        }
+    }
 }
 
 /// What an operation's children said so far.

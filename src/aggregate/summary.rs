@@ -72,6 +72,8 @@ pub struct CollKey {
     pub datatype: Datatype,
     /// Message-size class ([`super::bandwidth::size_class`]).
     pub size_class: u8,
+    /// The application's tag (v7 `userTag`), 0 when untagged.
+    pub tag: u64,
 }
 
 /// Collectives of one kind in the window.
@@ -94,6 +96,8 @@ pub struct P2pGroup {
     pub datatype: Datatype,
     /// Message-size class ([`super::bandwidth::size_class`]).
     pub size_class: u8,
+    /// The application's tag (v7 `userTag`), 0 when untagged.
+    pub tag: u64,
     /// One sample per send released here.
     pub ops: Vec<OpSample>,
     /// Transfers of their linked ProxyOps, in step start order.
@@ -144,7 +148,13 @@ pub struct WindowStats {
     /// Collectives of other processes whose PXN send ops this window holds (distinct
     /// originating rank and parent): their own process sees their completion only in part.
     pub pxn_collectives: u64,
+    /// GPU intervals (KernelCh, KernelPhase) that end before they start, left out: NCCL 2.31.2
+    /// can pair a channel's times with another batch's (spec 7.3.5).
+    pub invalid_gpu: u64,
 }
+
+/// Kernel phases (v7), by phase: 0 initial sync (waiting for peers), 1 compute, 2 final sync.
+pub const PHASES: [&str; 3] = ["initial_sync", "compute", "final_sync"];
 
 /// Everything one window says, ready for export.
 #[derive(Clone, Debug, PartialEq)]
@@ -159,6 +169,9 @@ pub struct WindowSummary {
     pub links: Vec<LinkGroup>,
     /// Sorted by channel.
     pub channels: Vec<ChannelGroup>,
+    /// GPU durations of the kernel phases that ended in this window, in seconds, by phase
+    /// ([`PHASES`]).
+    pub phases: [Vec<f64>; 3],
     /// Bookkeeping.
     pub stats: WindowStats,
 }

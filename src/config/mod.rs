@@ -38,8 +38,9 @@ use parking_lot::Mutex;
 use crate::aggregate::regression::Mode;
 use crate::record::handle::MAX_SLOTS;
 use parse::{
-    BOOL, parse_bool, parse_event_mask, parse_every, parse_interval, parse_u32_in, show_bool, show_every,
-    show_exporter, show_mask, show_millis, show_mode, show_protocol, show_secs, show_temporality, show_u32,
+    BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_interval, parse_u32_in, show_auto_bool,
+    show_bool, show_every, show_exporter, show_mask, show_millis, show_mode, show_protocol, show_secs,
+    show_temporality, show_u32,
 };
 use reader::Reader;
 
@@ -54,11 +55,13 @@ pub struct Config {
     pub interval: Duration,
     /// [`LINEAR_REGRESSION_MODE`], default [`Mode::Avg`].
     pub regression_mode: Mode,
-    /// [`EVENT_MASK`], default Coll|P2p|ProxyOp|ProxyStep|KernelCh = 0x5E, bits 0..=14 only.
+    /// [`EVENT_MASK`], default Coll|P2p|ProxyOp|ProxyStep|KernelCh = 0x5E, bits 0..=15 only.
     pub event_mask: i32,
     /// [`KERNEL_CH_EVERY`]: `None` (`auto`, the default) leaves it to the NCCL release
     /// ([`crate::activation::default_every`]); else 1..=1000.
     pub kernel_ch_every: Option<u32>,
+    /// [`V7_EXTENSIONS`]: `None` (`auto`, the default) reads them on NCCL 2.31 only.
+    pub v7_extensions: Option<bool>,
     /// [`WINDOW_CAPACITY`], default 100000, valid 1024..=[`MAX_SLOTS`].
     pub capacity: u32,
     /// [`WINDOW_COUNT_TRIGGER`], default min(50000, capacity/2), valid 1..=capacity.
@@ -182,7 +185,7 @@ impl Config {
         let event_mask = r.read(
             EVENT_MASK,
             0x5E,
-            "an event mask using only bits 0..=14 (0..=0x7fff, decimal or 0x-hex)",
+            "an event mask using only bits 0..=15 (0..=0xffff, decimal or 0x-hex)",
             parse_event_mask,
             show_mask,
         );
@@ -192,6 +195,13 @@ impl Config {
             "auto or an integer in 1..=1000",
             parse_every,
             show_every,
+        );
+        let v7_extensions = r.read(
+            V7_EXTENSIONS,
+            None,
+            "auto or a boolean (1/0, true/false, yes/no, on/off)",
+            parse_auto_bool,
+            show_auto_bool,
         );
         let capacity = r.read(
             WINDOW_CAPACITY,
@@ -215,6 +225,7 @@ impl Config {
             regression_mode,
             event_mask,
             kernel_ch_every,
+            v7_extensions,
             capacity,
             count_trigger,
             export,
@@ -263,6 +274,7 @@ impl Config {
             show_mode(self.regression_mode),
             show_mask(self.event_mask),
             show_every(self.kernel_ch_every),
+            show_auto_bool(self.v7_extensions),
             show_u32(self.capacity),
             show_u32(self.count_trigger),
             show_exporter(e.exporter),

@@ -11,7 +11,7 @@ use super::{Exporter, Protocol, Temporality};
 use crate::aggregate::regression::Mode;
 
 /// Highest event bit NCCL defines (CeBatch, spec 2.2); masks with higher bits are rejected.
-const MAX_EVENT_BIT: u32 = 14;
+const MAX_EVENT_BIT: u32 = 15;
 
 /// What a boolean variable accepts.
 pub(super) const BOOL: &str = "a boolean (1/0, true/false, yes/no, on/off)";
@@ -56,6 +56,19 @@ pub(super) fn parse_event_mask(s: &str) -> Option<i32> {
         return None;
     }
     i32::try_from(mask).ok()
+}
+
+/// `auto` (any case, `None`) or a boolean.
+pub(super) fn parse_auto_bool(s: &str) -> Option<Option<bool>> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Some(None);
+    }
+    parse_bool(s).map(Some)
+}
+
+/// `auto` or the boolean's [`show_bool`].
+pub(super) fn show_auto_bool(value: Option<bool>) -> String {
+    value.map_or_else(|| "auto".into(), show_bool)
 }
 
 /// `auto` (any case) or an integer in 1..=1000: KernelCh for one part in N of the time.

@@ -31,6 +31,7 @@ fn defaults() {
             regression_mode: Mode::Avg,
             event_mask: 0x5E,
             kernel_ch_every: None,
+            v7_extensions: None,
             capacity: 100_000,
             count_trigger: 50_000,
             export: Export {
@@ -139,14 +140,16 @@ fn event_mask() {
         ("0X7fff", 0x7FFF),
         ("0", 0),
         ("16384", 0x4000),
+        ("0x8000", 0x8000),
+        ("65535", 0xFFFF),
     ] {
         let (config, warnings) = load(&[(EVENT_MASK, value)]);
         assert!(warnings.is_empty(), "{value}: {warnings:?}");
         assert_eq!(config.event_mask, expected, "{value}");
     }
     for value in [
-        "0x8000",
-        "32768",
+        "0x10000",
+        "65536",
         "-1",
         "+30",
         "0x",
@@ -161,6 +164,18 @@ fn event_mask() {
         "3 0",
     ] {
         assert_rejected(EVENT_MASK, value, "0x5e");
+    }
+}
+
+#[test]
+fn v7_extensions() {
+    for (value, expected) in [("auto", None), ("Auto", None), ("on", Some(true)), ("0", Some(false))] {
+        let (config, warnings) = load(&[(V7_EXTENSIONS, value)]);
+        assert!(warnings.is_empty(), "{value}: {warnings:?}");
+        assert_eq!(config.v7_extensions, expected, "{value}");
+    }
+    for value in ["maybe", "2"] {
+        assert_rejected(V7_EXTENSIONS, value, "auto");
     }
 }
 

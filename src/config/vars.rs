@@ -15,6 +15,8 @@ pub const LINEAR_REGRESSION_MODE: &str = "NCCL_PROFILER_LINEAR_REGRESSION_MODE";
 pub const EVENT_MASK: &str = "NCCL_PROFILE_EVENT_MASK";
 /// KernelCh requested for one part in N of each telemetry interval: `auto` or 1..=1000.
 pub const KERNEL_CH_EVERY: &str = "NCCL_PROFILER_OTEL_KERNEL_CH_EVERY";
+/// Whether the fields only NCCL 2.31's v7 descriptor has are read: `auto` (on NCCL 2.31), `on`, `off`.
+pub const V7_EXTENSIONS: &str = "NCCL_PROFILER_OTEL_V7_EXTENSIONS";
 /// Record slots per window.
 pub const WINDOW_CAPACITY: &str = "NCCL_PROFILER_OTEL_WINDOW_CAPACITY";
 /// Records in a window that make the telemetry thread close it early.
@@ -35,13 +37,14 @@ pub const CARDINALITY_LIMIT: &str = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT";
 
 /// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order [`Config::describe`]
 /// prints them.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     ENABLE,
     TELEMETRY_ENABLE,
     TELEMETRY_INTERVAL_SEC,
     LINEAR_REGRESSION_MODE,
     EVENT_MASK,
     KERNEL_CH_EVERY,
+    V7_EXTENSIONS,
     WINDOW_CAPACITY,
     WINDOW_COUNT_TRIGGER,
     EXPORTER,

@@ -17,6 +17,7 @@ pub(super) enum Family {
     P2p,
     Link,
     Channel,
+    Kernel,
     Profiler,
 }
 
@@ -27,6 +28,7 @@ impl Family {
             Family::P2p => "nccl.p2p",
             Family::Link => "nccl.link",
             Family::Channel => "nccl.channel",
+            Family::Kernel => "nccl.kernel",
             Family::Profiler => "nccl.profiler",
         }
     }

@@ -1,6 +1,7 @@
 //! OTLP export: the metric catalogue ([`catalogue`], `docs/metrics.md` followed exactly), the
 //! cardinality limiter ([`limiter`]), the telemetry thread's [`pipeline`], the export [`queue`],
-//! the exporter thread ([`sender`]) and the exported [`resource`]. The only module that imports
+//! the exporter thread ([`sender`]), the exported [`resource`] and the bounded user-tag attribute
+//! ([`tags`]). The only module that imports
 //! `opentelemetry*`; it reaches the rest of the plugin only through `crate::telemetry`'s traits and
 //! plain values, never the communicator registry.
 //!
@@ -23,6 +24,7 @@ pub mod pipeline;
 pub mod queue;
 pub mod resource;
 pub mod sender;
+pub mod tags;
 
 pub use catalogue::SIZE_BOUNDS;
 pub use queue::{ExportStats, stats};

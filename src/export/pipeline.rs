@@ -18,7 +18,9 @@ use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline as SdkPi
 use super::catalogue::{Instruments, OpInstruments};
 use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
 use super::resource::resource;
+use super::tags::UserTags;
 use super::{queue, sdk_temporality};
+use crate::aggregate::PHASES;
 use crate::aggregate::bandwidth::{bus_factor, size_class_name};
 use crate::aggregate::queue::Queue;
 use crate::aggregate::regression::{Mode, Samples};
@@ -84,6 +86,7 @@ pub struct Pipeline {
     links: HashMap<Vec<KeyValue>, LinkInterval>,
     channels: HashMap<Vec<KeyValue>, Samples>,
     seen: Seen,
+    tags: UserTags,
     endpoint: String,
     /// Whether the last logged export state was failing.
     failing: bool,
@@ -132,6 +135,7 @@ impl Pipeline {
             links: HashMap::new(),
             channels: HashMap::new(),
             seen: Seen::default(),
+            tags: UserTags::default(),
             endpoint: match export.exporter {
                 Exporter::File => format!("file {}", export.file),
                 Exporter::Stdout => "stdout".to_owned(),
@@ -153,6 +157,18 @@ impl Pipeline {
         vec![KeyValue::new(OVERFLOW_ATTRIBUTE, true)]
     }
 
+    /// Adds `nccl.user_tag` for a tagged group of `ops` operations (bounded, [`UserTags`]).
+    fn user_tag(&mut self, attrs: &mut Vec<KeyValue>, tag: u64, ops: usize) {
+        if tag == 0 {
+            return;
+        }
+        let (name, past_bound) = self.tags.name(tag);
+        if past_bound {
+            self.inst.user_tag_overflow.add(ops as u64, &[]);
+        }
+        attrs.push(KeyValue::new("nccl.user_tag", name));
+    }
+
     fn overflow(&mut self, family: Family, n: u64) {
         queue::count_overflow(n);
         self.inst
@@ -163,7 +179,7 @@ impl Pipeline {
     /// One window's histograms and counters, and its regression samples for the interval.
     fn record(&mut self, s: &WindowSummary) {
         let base = comm_attrs(&s.comm);
-        let comm = self.attrs_or_overflow(Family::Profiler, base.clone(), 6);
+        let comm = self.attrs_or_overflow(Family::Profiler, base.clone(), 7);
         let i = &self.inst;
         i.events_recorded.add(s.stats.records, &comm);
         i.events_unfinished.add(s.stats.unfinished, &comm);
@@ -171,6 +187,7 @@ impl Pipeline {
         i.windows_processed.add(s.stats.windows, &comm);
         i.windows_forced.add(u64::from(s.stats.forced), &comm);
         i.pxn_collectives.add(s.stats.pxn_collectives, &comm);
+        i.gpu_invalid.add(s.stats.invalid_gpu, &comm);
 
         for g in &s.colls {
             let mut attrs = base.clone();
@@ -182,6 +199,7 @@ impl Pipeline {
                 KeyValue::new("nccl.size_class", size_class_name(g.key.size_class)),
             ]);
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
+            self.user_tag(&mut attrs, g.key.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
             let factor = bus_factor(g.key.func, s.comm.nranks);
             self.inst.coll.record(&g.ops, &g.transfers, factor, &attrs);
@@ -195,6 +213,7 @@ impl Pipeline {
                 KeyValue::new("nccl.size_class", size_class_name(g.size_class)),
             ]);
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
+            self.user_tag(&mut attrs, g.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
             self.inst
                 .p2p
@@ -208,6 +227,13 @@ impl Pipeline {
             link.bytes = link.bytes.saturating_add(l.bytes);
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
+        }
+        for (phase, secs) in PHASES.iter().zip(&s.phases).filter(|(_, secs)| !secs.is_empty()) {
+            let mut attrs = base.clone();
+            attrs.push(KeyValue::new("nccl.phase", *phase));
+            let attrs = self.attrs_or_overflow(Family::Kernel, attrs, secs.len() as u64);
+            let h = self.inst.kernel_phase_duration.bind(&attrs);
+            secs.iter().for_each(|&s| h.record(s));
         }
         for c in &s.channels {
             let key = channel_attrs(&s.comm, c.channel);
@@ -463,6 +489,7 @@ mod tests {
             },
             colls: Vec::new(),
             p2ps: Vec::new(),
+            phases: Default::default(),
             links,
             channels: Vec::new(),
             stats: WindowStats::default(),

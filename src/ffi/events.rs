@@ -10,15 +10,16 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
 use crate::abi::{Descriptor, StateArgs};
+use crate::aggregate::PHASES;
 use crate::bindings::{
-    ncclProfileColl, ncclProfileGroup, ncclProfileKernelCh, ncclProfileP2p, ncclProfileProxyOp, ncclProfileProxyStep,
-    ncclProfilerEventState_t, ncclProfilerKernelChStop, ncclProfilerProxyOpInProgress_v4,
-    ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclProfileColl, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p, ncclProfileProxyOp,
+    ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerKernelChStop, ncclProfilerKernelPhaseStop,
+    ncclProfilerProxyOpInProgress_v4, ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
 use crate::comm::{self, Comm};
 use crate::record::handle::{CommId, Context, Handle, Kind};
-use crate::record::{Body, Func, ProxyOpStart};
+use crate::record::{Algo, Body, Func, ProxyOpStart};
 use crate::stats::STATS;
 
 /// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
@@ -29,8 +30,8 @@ pub(super) const UNTIMED: u64 = 0;
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
 
 /// Event types that are known but never recorded: ProxyCtrl, NetPlugin, the API-level events
-/// (v5+), the copy-engine events (v6+) and KernelPhase (v7). Group gets a handle of its own.
-const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0xFF00;
+/// (v5+) and the copy-engine events (v6+). Group gets a handle of its own.
+const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x7F00;
 
 /// # Safety
 /// `handle` is NULL or writable; `descr` is NULL or points to a descriptor NCCL filled for this
@@ -97,6 +98,21 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         };
         return comm.start(parent.comm, Kind::KernelCh, Some(parent), UNTIMED, body);
     }
+    if ty == u64::from(ncclProfileKernelPhase) {
+        let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh]) else {
+            return declined();
+        };
+        let (comm, (phase, gpu_start)) = (live(owner, parent.comm)?, d.kernel_phase()?);
+        if usize::from(phase) >= PHASES.len() {
+            return declined();
+        }
+        let body = Body::KernelPhase {
+            parent: parent.encode(),
+            phase,
+            gpu_start,
+        };
+        return comm.start(parent.comm, Kind::KernelPhase, Some(parent), UNTIMED, body);
+    }
     if ty & DECLINED_TYPES != 0 && ty.is_power_of_two() {
         return declined();
     }
@@ -115,16 +131,34 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         );
     }
     if ty == u64::from(ncclProfileColl) {
-        return comm.start(id, Kind::Coll, None, ts, Body::Coll(d.coll()?));
+        let mut coll = d.coll()?;
+        if d.symmetric() {
+            coll.algo = Algo::Symmetric;
+        }
+        return tagged(
+            comm,
+            comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?,
+            d.user_tag(),
+        );
     }
     if ty == u64::from(ncclProfileP2p) {
         return match d.p2p()? {
             (Func::Recv, _) => declined(),
-            (_, p2p) => comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p)),
+            (_, p2p) => tagged(comm, comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?, d.user_tag()),
         };
     }
     STATS.unknown_types.incr();
     None
+}
+
+/// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7).
+fn tagged(comm: &Comm, handle: u64, tag: u64) -> Option<u64> {
+    if tag != 0
+        && let Some(h) = Handle::decode(handle)
+    {
+        comm.append(h, UNTIMED, Body::Tag { tag });
+    }
+    Some(handle)
 }
 
 /// A ProxyOp start. A receive op is recorded only under one of our Coll/P2p (a collective ends
@@ -224,14 +258,17 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
         Handle::decode(handle as u64).is_some_and(|h| matches!(h.kind, Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
-        if let Some((h, comm)) = event(owner, handle).filter(|(h, _)| h.kind != Kind::Group) {
+        // Group has no record; a KernelPhase ends with its KernelPhaseStop.
+        if let Some((h, comm)) =
+            event(owner, handle).filter(|(h, _)| !matches!(h.kind, Kind::Group | Kind::KernelPhase))
+        {
             comm.append(h, ts, Body::Stop);
         }
     })
 }
 
-/// States we record: SendWait (bytes of a send step), KernelChStop (GPU stop time) and a receive
-/// op's InProgress (it will stop). Other states NCCL defines for the event's type are ignored;
+/// States we record: SendWait (bytes of a send step), KernelChStop and KernelPhaseStop (GPU stop
+/// times) and a receive op's InProgress (it will stop). Other states NCCL defines for the event's type are ignored;
 /// unknown ones are counted.
 pub(super) fn record_event_state<A: StateArgs>(
     owner: &Owner,
@@ -247,6 +284,9 @@ pub(super) fn record_event_state<A: StateArgs>(
         }
         (Kind::KernelCh, s) if s == ncclProfilerKernelChStop => {
             args.map(|a| Body::KernelChStop { gpu_stop: a.p_timer() })
+        }
+        (Kind::KernelPhase, s) if s == ncclProfilerKernelPhaseStop => {
+            args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() })
         }
         (Kind::RecvOp, s) if s == ncclProfilerProxyOpInProgress_v4 => Some(Body::InProgress),
         // ProxyStep send/receive states 8–12 and 20; ProxyOp legacy states 0–7 and InProgress (19).

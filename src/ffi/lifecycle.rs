@@ -11,6 +11,7 @@ use std::time::SystemTime;
 
 use super::events::{OWN_PID, local};
 use super::guard::guarded;
+use crate::abi::v7;
 use crate::activation::{self, Plan};
 use crate::aggregate::CommMeta;
 use crate::bindings::{ncclDebugLogger_t, ncclResult_t};
@@ -58,11 +59,22 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
 
 /// The process's activation plan, made at its first profiled `init` and logged with the NCCL
 /// release and the profiler ABI version NCCL chose: KernelCh's duty is
-/// `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the release.
+/// `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the release. On v7 it also decides whether the
+/// fields only NCCL 2.31's layout has are read (`NCCL_PROFILER_OTEL_V7_EXTENSIONS`) and, when
+/// they are, requests KernelPhase with KernelCh: the GPU pays for phases with KernelCh on 2.31
+/// (spec 7.3.1).
 fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
     let nccl = nccl_version::detect(logfn);
+    let known_layout = nccl.is_some_and(|v| v.major == 2 && v.minor == 31);
+    let extensions = abi == 7 && config.v7_extensions.unwrap_or(known_layout);
+    v7::EXTENSIONS.store(extensions, Ordering::Relaxed);
+    let phases = if extensions && config.event_mask & activation::KERNEL_CH != 0 {
+        activation::KERNEL_PHASE
+    } else {
+        0
+    };
     let plan = Plan {
-        mask: config.event_mask,
+        mask: config.event_mask | phases,
         every: config
             .kernel_ch_every
             .unwrap_or_else(|| activation::default_every(nccl, abi)),
@@ -74,6 +86,11 @@ fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
         plan.mask,
         plan.duty() * 100.0
     );
+    if abi == 7 && !extensions {
+        tracing::info!(
+            "v7 descriptors are read as their v6 part (no userTag, KernelPhase or symmetric kernels): this NCCL's v7 layout is not known to be 2.31's; NCCL_PROFILER_OTEL_V7_EXTENSIONS=on reads them"
+        );
+    }
     plan
 }
 

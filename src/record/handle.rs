@@ -8,11 +8,12 @@
 //! | bits  | field          |
 //! |-------|----------------|
 //! | 0–20  | record slot    |
-//! | 21–23 | kind (1–7)     |
+//! | 21–23 | kind (1–8), low bits |
 //! | 24–35 | window epoch (low 12 bits) |
 //! | 36–37 | window index   |
 //! | 38–49 | comm generation (1–4095) |
 //! | 50–61 | comm slot      |
+//! | 62    | kind, high bit |
 //!
 //! A context packs (comm slot, generation) the same way plus the low 38 bits of the communicator
 //! hash, so a PXN op from another process can be matched to our own communicator with that hash.
@@ -34,6 +35,8 @@ const WINDOW_SHIFT: u32 = 36;
 const GEN_SHIFT: u32 = 38;
 const COMM_SHIFT: u32 = 50;
 const HASH_BITS: u32 = GEN_SHIFT;
+/// Where the kind's high bit (of [`Kind::KernelPhase`]) goes.
+const KIND_HIGH_SHIFT: u32 = 62;
 
 /// Event kinds we hand out handles for.
 #[repr(u8)]
@@ -53,6 +56,8 @@ pub enum Kind {
     KernelCh = 6,
     /// Receive proxy operation of one of our collectives (its steps are declined).
     RecvOp = 7,
+    /// Kernel phase (v7): one of a kernel channel's initial sync, compute, final sync.
+    KernelPhase = 8,
 }
 
 impl Kind {
@@ -65,6 +70,7 @@ impl Kind {
             5 => Kind::ProxyStep,
             6 => Kind::KernelCh,
             7 => Kind::RecvOp,
+            8 => Kind::KernelPhase,
             _ => return None,
         })
     }
@@ -98,7 +104,8 @@ impl Handle {
     /// Packs into the non-zero integer NCCL stores.
     pub fn encode(self) -> u64 {
         u64::from(self.slot & MAX_SLOTS)
-            | (self.kind as u64) << KIND_SHIFT
+            | (self.kind as u64 & 7) << KIND_SHIFT
+            | (self.kind as u64 >> 3) << KIND_HIGH_SHIFT
             | u64::from(self.epoch & EPOCH_MASK) << EPOCH_SHIFT
             | u64::from(self.window & 3) << WINDOW_SHIFT
             | comm_bits(self.comm)
@@ -107,10 +114,7 @@ impl Handle {
     /// Unpacks a value NCCL gave back; `None` when it cannot be one of ours.
     pub fn decode(value: u64) -> Option<Handle> {
         let comm = comm_from_bits(value)?;
-        let kind = Kind::from_bits(value >> KIND_SHIFT & 7)?;
-        if value >> 62 != 0 {
-            return None;
-        }
+        let kind = Kind::from_bits(value >> KIND_SHIFT & 7 | (value >> KIND_HIGH_SHIFT) << 3)?;
         Some(Handle {
             comm,
             window: (value >> WINDOW_SHIFT & 3) as u8,
@@ -182,7 +186,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kind(i: u8) -> Kind {
-        Kind::from_bits(u64::from(i % 7 + 1)).unwrap()
+        Kind::from_bits(u64::from(i % 8 + 1)).unwrap()
     }
 
     proptest! {
@@ -222,6 +226,7 @@ mod tests {
         };
         assert_eq!(Handle::decode(h.encode() & !(7 << KIND_SHIFT)), None);
         assert_eq!(Handle::decode(h.encode() | 1 << 63), None);
+        assert_eq!(Handle::decode(h.encode() | 1 << 62), None, "kind 10 does not exist");
         assert_eq!(Context::decode(h.encode() | 1 << 62), None);
     }
 }

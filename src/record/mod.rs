@@ -100,6 +100,25 @@ pub enum Body {
         /// GPU stop time (`%globaltimer`, ns).
         gpu_stop: u64,
     },
+    /// The application's tag (v7 `userTag`, non-zero) of the Coll/P2p this record names.
+    Tag {
+        /// `ncclCollConfig_t.userProfilerTag`.
+        tag: u64,
+    },
+    /// A kernel phase (v7) of the kernel channel `parent` started (GPU time).
+    KernelPhase {
+        /// Handle of the KernelCh.
+        parent: u64,
+        /// 0 initial sync, 1 compute, 2 final sync.
+        phase: u8,
+        /// GPU start time (`%globaltimer`, ns).
+        gpu_start: u64,
+    },
+    /// `KernelPhaseStop`: the phase ended.
+    PhaseStop {
+        /// GPU stop time (`%globaltimer`, ns).
+        gpu_stop: u64,
+    },
     /// The event stopped.
     Stop,
 }

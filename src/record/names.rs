@@ -56,7 +56,8 @@ c_string_enum! {
 }
 
 c_string_enum! {
-    /// Algorithm NCCL chose (`coll.algo`).
+    /// Algorithm NCCL chose (`coll.algo`); `SYMMETRIC` for a symmetric-memory kernel (v7
+    /// `isSymColl`), whose own names NCCL puts in `algo` and `proto` (spec 7.2.6).
     Algo {
         Tree => "TREE",
         Ring => "RING",
@@ -65,6 +66,7 @@ c_string_enum! {
         Nvls => "NVLS",
         NvlsTree => "NVLS_TREE",
         Pat => "PAT",
+        Symmetric => "SYMMETRIC",
     } else Unknown
 }
 

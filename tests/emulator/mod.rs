@@ -14,7 +14,8 @@
 //!   `latency` later; steps are NCCL's fixed-size chunks per protocol.
 //! - [`workload`]: communicators, the calls each one issues per iteration, and the threads
 //!   that issue them: per emulated rank one user thread (init, Group/Coll/P2p, finalize), per
-//!   communicator and rank one proxy thread (ProxyOp, ProxyStep, KernelCh, ProxyCtrl). Ring
+//!   communicator and rank one proxy thread (ProxyOp, ProxyStep, KernelCh, ProxyCtrl; from
+//!   2.31 KernelCh and KernelPhase come from a profiler thread of their own). Ring
 //!   and tree patterns, Simple/LL/LL128 steps; kernel channels start up to `kernel_skew` after
 //!   the launch, each with its own GPU times.
 //! - [`release`]: the NCCL release it claims to be (`ncclGetVersion`), 2.30.7 unless a test
@@ -59,6 +60,7 @@
 pub mod logger;
 pub mod net;
 pub mod plugin;
+mod profiler_thread;
 mod proxy;
 pub mod release;
 pub mod time;

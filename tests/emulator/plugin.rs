@@ -763,19 +763,29 @@ impl Plugin {
         h
     }
 
-    /// A CollApi (`ty::COLL_API`) or P2pApi event of one API call under the GroupApi `parent`:
-    /// started and stopped within the call (2.28+); returns its (stopped) handle, the parent of
-    /// the call's Coll/P2p.
-    pub fn api_call(&self, c: &Comm, ty: u64, parent: H, func: *const c_char, count: usize, dtype: *const c_char) -> H {
+    /// A CollApi (`ty::COLL_API`) or P2pApi event of one API call under the GroupApi `parent`,
+    /// with the call's tag (2.31): started and stopped within the call (2.28+); returns its
+    /// (stopped) handle, the parent of the call's Coll/P2p.
+    #[allow(clippy::too_many_arguments)]
+    pub fn api_call(
+        &self,
+        c: &Comm,
+        ty: u64,
+        parent: H,
+        func: *const c_char,
+        count: usize,
+        dtype: *const c_char,
+        tag: u64,
+    ) -> H {
         let mut d = descr(ty, parent, 0);
-        // SAFETY: writing the union member that matches `type` (collApi and p2pApi begin alike).
+        // SAFETY: writing the union member that matches `type`.
         unsafe {
             if ty == self::ty::COLL_API {
                 let a = &mut d.__bindgen_anon_1.collApi;
-                (a.func, a.count, a.datatype) = (func, count, dtype);
+                (a.func, a.count, a.datatype, a.userTag) = (func, count, dtype, tag);
             } else {
                 let a = &mut d.__bindgen_anon_1.p2pApi;
-                (a.func, a.count, a.datatype) = (func, count, dtype);
+                (a.func, a.count, a.datatype, a.userTag) = (func, count, dtype, tag);
             }
         }
         let h = self.start(c.context, &mut d);
@@ -851,6 +861,17 @@ impl Plugin {
         let mut d = descr(ty::KERNEL_CH, parent, 0);
         d.__bindgen_anon_1.kernelCh.channelId = channel;
         d.__bindgen_anon_1.kernelCh.pTimer = gpu_start;
+        self.start(context, &mut d)
+    }
+
+    /// KernelPhase start (v7): phase `phase` of the kernel channel `parent` from `gpu_start`.
+    pub fn kernel_phase(&self, context: *mut c_void, parent: H, channel: u8, phase: u8, gpu_start: u64) -> H {
+        const NAMES: [&str; 3] = ["initial_sync", "compute", "final_sync"];
+        let mut d = descr(ty::KERNEL_PHASE, parent, 0);
+        // SAFETY: writing the union member that matches `type`.
+        let p = unsafe { &mut d.__bindgen_anon_1.kernelPhase };
+        (p.channelId, p.phaseId, p.pTimer) = (channel, phase, gpu_start);
+        p.phaseName = NAMES.get(usize::from(phase)).map_or(ptr::null(), |n| cstr(n));
         self.start(context, &mut d)
     }
 

@@ -17,7 +17,10 @@
 //!   consumed it.
 //! - KernelCh per channel: start with the GPU start time when the task is appended; KernelChStop
 //!   with the GPU stop time and stop when the channel's ops are done (or after the modelled GPU
-//!   time for channels without network ops).
+//!   time for channels without network ops). From NCCL 2.31 the profiler thread makes these
+//!   callbacks ([`super::profiler_thread`]), with the channel's phases: the opening sync lasts
+//!   until the channel's first data from a peer arrived (1 µs without network receives), the
+//!   closing barrier 1 µs (none under LL/LL128).
 //! - ProxyCtrl: a Sleep/Wakeup burst around waiting for work, Idle/Active edges.
 //!
 //! Waits are coarse (sleep, also woken by new tasks) except for step stops, which are precise
@@ -31,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use super::net::{Jitter, Link, Network};
 use super::plugin::{self, Comm, H, Plugin, descr, mask, net_plugin_descr, proxy_op_descr, ty};
+use super::profiler_thread::{self, KernelMsg};
 use super::time::{self, gpu_ns};
 use super::truth::{CollTruth, DISTURBED, LinkTruth, Report, StepTruth};
 use super::workload::{CommSpec, Done, Options};
@@ -82,7 +86,13 @@ pub(crate) enum KernelEnd {
 pub(crate) struct KernelPlan {
     pub channel: u8,
     pub end: KernelEnd,
+    /// LL/LL128: no closing barrier, so no BEFORE_CLOSE phase stamp (spec 7.3.1).
+    pub ll: bool,
 }
+
+/// How long a kernel channel's closing barrier takes (Simple protocol), and its opening sync
+/// when no data from a peer is awaited.
+const SYNC: Duration = Duration::from_micros(1);
 
 /// One Coll or P2p handed from the user thread.
 pub(crate) struct Task {
@@ -143,7 +153,9 @@ struct Op {
 
 struct Kernel {
     plan: KernelPlan,
+    /// The KernelCh handle (proxy thread), or the key of its KernelCh on the profiler thread.
     handle: H,
+    key: u64,
     /// When this channel's work started: the launch plus its skew.
     start: Instant,
     gpu_start: u64,
@@ -205,6 +217,9 @@ pub(crate) struct Proxy<'a> {
     sock: Box<SockDescr>,
     /// Send steps handed to the network so far (for [`Options::preempt_every`]).
     handed: u64,
+    /// NCCL 2.31+: the profiler thread that makes the KernelCh and KernelPhase callbacks.
+    profiler: Option<mpsc::Sender<KernelMsg>>,
+    kernels_posted: u64,
 }
 
 // SAFETY: the raw pointers inside are opaque plugin values (context, handles) and a descriptor
@@ -237,6 +252,8 @@ impl<'a> Proxy<'a> {
             wires: HashMap::new(),
             aim: Duration::ZERO,
             handed: 0,
+            profiler: None,
+            kernels_posted: 0,
             sock: Box::new(SockDescr {
                 ty: 1,
                 fd: 42,
@@ -246,8 +263,31 @@ impl<'a> Proxy<'a> {
         }
     }
 
-    /// Runs until the user thread closes the queue and every task finished.
+    /// Runs until the user thread closes the queue and every task finished; from NCCL 2.31 with
+    /// a profiler thread beside it.
     pub(crate) fn run(mut self, rx: mpsc::Receiver<Task>) -> Report {
+        if !self.plugin.release().profiler_thread() {
+            return self.progress_loop(rx);
+        }
+        let plugin = self.plugin;
+        let name = format!("emu-profiler-{}-{}", self.name, self.rank);
+        std::thread::scope(|s| {
+            let (tx, kernels) = mpsc::channel();
+            let thread = std::thread::Builder::new()
+                .name(name)
+                .spawn_scoped(s, move || profiler_thread::run(plugin, kernels))
+                .expect("spawn profiler thread");
+            self.profiler = Some(tx);
+            let mut out = self.progress_loop(rx);
+            let truth = thread.join().expect("profiler thread");
+            out.callbacks += truth.callbacks;
+            out.phases = truth.phases;
+            out
+        })
+    }
+
+    /// The proxy thread's loop.
+    fn progress_loop(mut self, rx: mpsc::Receiver<Task>) -> Report {
         time::precise_thread();
         if self.opts.realtime {
             time::realtime_thread();
@@ -446,14 +486,29 @@ impl<'a> Proxy<'a> {
                 .map(|&plan| {
                     let start = task.launch + channel_skew(task.launch, plan.channel, self.opts.kernel_skew);
                     let gpu_start = gpu_ns(start, self.opts.gpu_timer_ns);
+                    self.kernels_posted += 1;
+                    let key = self.kernels_posted;
+                    let handle = match &self.profiler {
+                        _ if !mask::kernel_ch(m) => H::NULL,
+                        Some(tx) => {
+                            let msg = KernelMsg::Start {
+                                key,
+                                context: self.comm.context,
+                                parent: task.root,
+                                channel: plan.channel,
+                                gpu_start,
+                            };
+                            tx.send(msg).expect("profiler thread alive");
+                            H::NULL
+                        }
+                        None => self
+                            .plugin
+                            .kernel_ch(self.comm.context, task.root, plan.channel, gpu_start),
+                    };
                     Kernel {
                         plan,
-                        handle: if mask::kernel_ch(m) {
-                            self.plugin
-                                .kernel_ch(self.comm.context, task.root, plan.channel, gpu_start)
-                        } else {
-                            H::NULL
-                        },
+                        handle,
+                        key,
                         start,
                         gpu_start,
                         done: false,
@@ -537,13 +592,34 @@ impl<'a> Proxy<'a> {
                     }
                 };
                 if finished {
-                    let gpu_stop = match k.plan.end {
-                        KernelEnd::After(d) => gpu_ns(k.start + d, self.opts.gpu_timer_ns),
-                        KernelEnd::AfterOps => gpu_ns(now, self.opts.gpu_timer_ns),
+                    let end = match k.plan.end {
+                        KernelEnd::After(d) => k.start + d,
+                        KernelEnd::AfterOps => now,
                     };
-                    if !k.handle.is_null() {
-                        self.plugin.state(k.handle, ty::KERNEL_CH_STOP, gpu_stop);
-                        self.plugin.stop(k.handle);
+                    let gpu_stop = gpu_ns(end, self.opts.gpu_timer_ns);
+                    match &self.profiler {
+                        Some(tx) if mask::kernel_ch(m) => {
+                            // The channel waited for its first data from a peer, if any.
+                            let first = arrivals
+                                .get(usize::from(k.plan.channel))
+                                .and_then(|a| a.as_ref()?.first());
+                            let open = first.map_or(k.start + SYNC, |&t| t.clamp(k.start, end));
+                            let close = (!k.plan.ll).then(|| end.checked_sub(SYNC).unwrap_or(end).max(open));
+                            let gpu = |t: Instant| gpu_ns(t, self.opts.gpu_timer_ns);
+                            let phases = (m & mask::KERNEL_PHASE != 0)
+                                .then(|| [k.gpu_start, gpu(open), close.map_or(0, gpu), gpu_stop]);
+                            let msg = KernelMsg::Finish {
+                                key: k.key,
+                                gpu_stop,
+                                phases,
+                            };
+                            tx.send(msg).expect("profiler thread alive");
+                        }
+                        _ if !k.handle.is_null() => {
+                            self.plugin.state(k.handle, ty::KERNEL_CH_STOP, gpu_stop);
+                            self.plugin.stop(k.handle);
+                        }
+                        _ => {}
                     }
                     if mask::kernel_ch(m) {
                         let t = &mut a.task.truth;

@@ -82,6 +82,12 @@ impl Release {
         self >= Release::V2_28_9
     }
 
+    /// KernelCh (and KernelPhase) come from a profiler thread of their own, not the proxy
+    /// thread (2.31+).
+    pub fn profiler_thread(self) -> bool {
+        self >= Release::V2_31_2
+    }
+
     /// The release's `ncclGetVersion` code.
     pub fn code(self) -> i32 {
         self.0

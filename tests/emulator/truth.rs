@@ -48,6 +48,8 @@ pub struct CollTruth {
     pub send_steps: u64,
     /// It had a send op reported as another process's (PXN), started with a handle.
     pub pxn: bool,
+    /// The call's `userProfilerTag` (0: untagged).
+    pub tag: u64,
 }
 
 impl CollTruth {
@@ -279,6 +281,9 @@ pub struct Report {
     pub disturbed: u64,
     /// The largest lateness of one transfer (see [`LinkTruth::max_late`]).
     pub max_late: Duration,
+    /// GPU durations (ns) of the kernel phases delivered under accepted KernelCh (NCCL 2.31+),
+    /// by phase: initial sync, compute, final sync.
+    pub phases: [Vec<u64>; 3],
 }
 
 impl Report {

@@ -184,11 +184,15 @@ pub enum Call {
         root: i32,
         algo: Algo,
         proto: Proto,
+        /// `ncclCollConfig_t.userProfilerTag` (NCCL 2.31+), 0 for a plain call.
+        tag: u64,
     },
     /// In one group: send to `rank + shift`, receive from `rank - shift` (a pipeline stage).
+    /// Plain `ncclSend`/`ncclRecv` have no tag.
     SendRecv { shift: usize, count: u64, dtype: Dtype },
-    /// AlltoAll: decomposed by NCCL into a Send and a Recv per other rank (spec 3.5).
-    AlltoAll { count: u64, dtype: Dtype },
+    /// AlltoAll: decomposed by NCCL into a Send and a Recv per other rank (spec 3.5), each
+    /// carrying the call's tag.
+    AlltoAll { count: u64, dtype: Dtype, tag: u64 },
 }
 
 impl Call {
@@ -200,6 +204,7 @@ impl Call {
             root: 0,
             algo: Algo::Ring,
             proto: Proto::Simple,
+            tag: 0,
         }
     }
 
@@ -241,7 +246,17 @@ impl Call {
         Call::AlltoAll {
             count: bytes / 4,
             dtype: Dtype::Float32,
+            tag: 0,
         }
+    }
+
+    /// The same call through its `…Config` variant with `userProfilerTag` = `t` (NCCL 2.31;
+    /// v7 events carry it). Send/Recv have no such variant.
+    pub fn tagged(mut self, t: u64) -> Call {
+        if let Call::Coll { tag, .. } | Call::AlltoAll { tag, .. } = &mut self {
+            *tag = t;
+        }
+        self
     }
 
     /// The same collective with the CollNet algorithm.
@@ -277,9 +292,9 @@ impl Call {
     /// Bytes per rank as the plugin computes them (`count × datatype size`).
     pub fn bytes(&self) -> u64 {
         match *self {
-            Call::Coll { count, dtype, .. } | Call::SendRecv { count, dtype, .. } | Call::AlltoAll { count, dtype } => {
-                count * dtype.size()
-            }
+            Call::Coll { count, dtype, .. }
+            | Call::SendRecv { count, dtype, .. }
+            | Call::AlltoAll { count, dtype, .. } => count * dtype.size(),
         }
     }
 }
@@ -578,6 +593,9 @@ impl Workload {
             report.steps += r.steps;
             report.disturbed += r.disturbed;
             report.max_late = report.max_late.max(r.max_late);
+            for (all, more) in report.phases.iter_mut().zip(r.phases) {
+                all.extend(more);
+            }
         }
         report.sort();
         report
@@ -647,6 +665,9 @@ impl Workload {
             out.report.steps += r.steps;
             out.report.disturbed += r.disturbed;
             out.report.max_late = out.report.max_late.max(r.max_late);
+            for (all, more) in out.report.phases.iter_mut().zip(r.phases) {
+                all.extend(more);
+            }
         }
         all_done.wait();
         for c in comms {
@@ -699,6 +720,7 @@ impl Workload {
                     gpu: None,
                     send_steps: 0,
                     pxn: false,
+                    tag: 0,
                 }
             };
         match *call {
@@ -709,6 +731,7 @@ impl Workload {
                 root,
                 algo,
                 proto,
+                tag,
             } => {
                 // 2.28+: the API events, on the user thread at the call (spec 3.4 steps 1–5).
                 let api = plugin.release().api_events();
@@ -725,6 +748,7 @@ impl Workload {
                         func.cname().as_ptr(),
                         count as usize,
                         dtype.cname().as_ptr(),
+                        tag,
                     )
                 } else {
                     H::NULL
@@ -751,6 +775,7 @@ impl Workload {
                     seq,
                 );
                 d.__bindgen_anon_1.coll.root = root;
+                d.__bindgen_anon_1.coll.userTag = tag;
                 if api {
                     d.parentObj = coll_api.0;
                 }
@@ -776,7 +801,10 @@ impl Workload {
                     root: root_h,
                     mask: m,
                     launch: start,
-                    truth: truth(func, seq, None, count, dtype, started),
+                    truth: CollTruth {
+                        tag,
+                        ..truth(func, seq, None, count, dtype, started)
+                    },
                     ops,
                     kernels,
                     ring_dep: match (algo, func) {
@@ -793,18 +821,19 @@ impl Workload {
                 let r = inst.rank as usize;
                 let n = n as usize;
                 let peers = [((r + shift) % n, (r + n - shift % n) % n)];
-                self.issue_p2p(plugin, inst, w, &peers, count, dtype, m, &truth, done)
+                self.issue_p2p(plugin, inst, w, &peers, (count, dtype, 0), m, &truth, done)
             }
-            Call::AlltoAll { count, dtype } => {
+            Call::AlltoAll { count, dtype, tag } => {
                 let r = inst.rank as usize;
                 let n = n as usize;
                 let peers: Vec<(usize, usize)> = (1..n).map(|k| ((r + k) % n, (r + n - k) % n)).collect();
-                self.issue_p2p(plugin, inst, w, &peers, count, dtype, m, &truth, done)
+                self.issue_p2p(plugin, inst, w, &peers, (count, dtype, tag), m, &truth, done)
             }
         }
     }
 
-    /// One group of sends to `peers[i].0` and receives from `peers[i].1`.
+    /// One group of sends to `peers[i].0` and receives from `peers[i].1`, each of `count`
+    /// `dtype` elements, with the call's tag.
     #[allow(clippy::too_many_arguments)]
     fn issue_p2p(
         &self,
@@ -812,8 +841,7 @@ impl Workload {
         inst: &mut Instance<'_>,
         w: usize,
         peers: &[(usize, usize)],
-        count: u64,
-        dtype: Dtype,
+        (count, dtype, tag): (u64, Dtype, u64),
         m: i32,
         truth: &TruthOf<'_>,
         done: &Arc<Done>,
@@ -841,6 +869,7 @@ impl Workload {
                         func.cname().as_ptr(),
                         count as usize,
                         dtype.cname().as_ptr(),
+                        tag,
                     )
                 } else {
                     H::NULL
@@ -860,6 +889,7 @@ impl Workload {
                 peer as i32,
                 nch,
             );
+            d.__bindgen_anon_1.p2p.userTag = tag;
             if api {
                 d.parentObj = p2p_api.0;
             }
@@ -883,6 +913,7 @@ impl Workload {
                         } else {
                             KernelEnd::After(self.net.gpu_time(per_channel) + Duration::from_micros(5))
                         },
+                        ll: false,
                     })
                     .collect()
             } else {
@@ -894,7 +925,10 @@ impl Workload {
                     root: h,
                     mask: m,
                     launch: start,
-                    truth: truth(func, seq, Some(peer as i32), count, dtype, started),
+                    truth: CollTruth {
+                        tag,
+                        ..truth(func, seq, Some(peer as i32), count, dtype, started)
+                    },
                     ops,
                     kernels,
                     ring_dep: None,
@@ -1026,7 +1060,11 @@ impl Workload {
                     let moved: u64 = send.iter().sum();
                     KernelEnd::After(self.net.gpu_time(moved) + Duration::from_micros(5))
                 };
-                kernels.push(KernelPlan { channel: c, end });
+                kernels.push(KernelPlan {
+                    channel: c,
+                    end,
+                    ll: proto != Proto::Simple,
+                });
             }
         }
         (ops, kernels)

@@ -11,10 +11,12 @@
 //! children of other windows are hashed, and records are never sorted. Phase 1 scans the records
 //! once; phases 2 and 3 visit only the slots it listed, in slot order:
 //! 1. `track`: register Coll/P2p roots and note each event's later records (SendWait,
-//!    InProgress, KernelChStop, Stop) on its start slot.
+//!    InProgress, KernelChStop, PhaseStop, Stop) on its start slot; a root's Tag moves it to the
+//!    group of its tagged key.
 //! 2. `transfers`: turn finished ProxySteps into transfers, grouped by their ProxyOp's rank
 //!    pair and channel, and by its root's group when the op has one.
-//! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times).
+//! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times); `kernel_phases`:
+//!    the GPU durations of the KernelPhases (v7), by phase.
 //! 4. `build`: hold every finished root in the table, release what is due, groups sorted by key.
 //!
 //! Invariants: an event "is in this window" iff its handle decodes to this window's communicator,
@@ -30,9 +32,7 @@ use std::collections::HashMap;
 
 use super::bandwidth::{size_class, test_size};
 use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
-use super::queue::Queue;
 use super::queue::{Step, analyze};
-use super::regression::Samples;
 use super::summary::{
     ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
 };
@@ -70,6 +70,7 @@ pub fn summarize(
     pass.track();
     pass.transfers();
     pass.link();
+    pass.kernel_phases();
     if window.lost_children {
         pass.roots.iter_mut().for_each(|here| here.root.p.lose());
     }
@@ -196,6 +197,10 @@ struct Pass<'a> {
     steps: Vec<u32>,
     /// Slots of the ProxyOps and KernelCh started in this window, in slot order.
     children: Vec<u32>,
+    /// Slots of the KernelPhases started in this window, in slot order.
+    phases: Vec<u32>,
+    /// Their durations, by phase (seconds).
+    phase_secs: [Vec<f64>; 3],
     /// Coll, P2p, ProxyOp and KernelCh started here and never stopped. Wrapping: a Stop placed
     /// before its start can take it below zero mid-scan; every Stop counted has its start counted,
     /// so it is exact once phase 1 is done.
@@ -214,7 +219,13 @@ fn start_kind(body: &Body) -> Option<Kind> {
         Body::ProxyOp(_) => Some(Kind::RecvOp),
         Body::ProxyStep { .. } => Some(Kind::ProxyStep),
         Body::KernelCh { .. } => Some(Kind::KernelCh),
-        Body::SendWait { .. } | Body::InProgress | Body::KernelChStop { .. } | Body::Stop => None,
+        Body::KernelPhase { .. } => Some(Kind::KernelPhase),
+        Body::SendWait { .. }
+        | Body::InProgress
+        | Body::KernelChStop { .. }
+        | Body::Tag { .. }
+        | Body::PhaseStop { .. }
+        | Body::Stop => None,
     }
 }
 
@@ -253,6 +264,8 @@ impl<'a> Pass<'a> {
             channel_ix: [NONE; 256],
             steps: Vec::new(),
             children: Vec::new(),
+            phases: Vec::new(),
+            phase_secs: Default::default(),
             unstopped: 0,
             pxn: Vec::new(),
             stats: WindowStats::default(),
@@ -310,6 +323,7 @@ impl<'a> Pass<'a> {
                             proto: c.proto,
                             datatype: c.datatype,
                             size_class: size_class(bytes),
+                            tag: 0,
                         });
                         self.add_root(i, rec.ts, key, bytes, u32::from(c.n_channels));
                     }
@@ -319,6 +333,7 @@ impl<'a> Pass<'a> {
                             peer: p.peer,
                             datatype: p.datatype,
                             size_class: size_class(bytes),
+                            tag: 0,
                         };
                         self.add_root(i, rec.ts, key, bytes, 0);
                     }
@@ -334,10 +349,22 @@ impl<'a> Pass<'a> {
                 }
                 continue;
             }
+            if let Body::KernelPhase { .. } = rec.body {
+                // Ends with its KernelPhaseStop; NCCL's stop of it is not recorded.
+                if self.slot_of(rec.id) == Some(i) {
+                    self.slots[i].flags |= STARTED;
+                    self.phases.push(ix(i));
+                }
+                continue;
+            }
             let Some(s) = self.slot_of(rec.id) else {
                 continue;
             };
             let start = &records[s].body;
+            if let Body::Tag { tag } = rec.body {
+                self.tag_root(self.slots[s].root, tag);
+                continue;
+            }
             let slot = &mut self.slots[s];
             match rec.body {
                 Body::Stop if !slot.has(STOPPED) => {
@@ -367,87 +394,13 @@ impl<'a> Pass<'a> {
                     slot.value = gpu_stop;
                     slot.flags |= GPU_STOPPED;
                 }
+                Body::PhaseStop { gpu_stop } if !slot.has(GPU_STOPPED) && matches!(start, Body::KernelPhase { .. }) => {
+                    slot.value = gpu_stop;
+                    slot.flags |= GPU_STOPPED;
+                }
                 _ => {}
             }
         }
-    }
-
-    fn add_root(&mut self, slot: usize, start: u64, key: GroupKey, bytes: u64, channels: u32) {
-        self.slots[slot].root = ix(self.roots.len());
-        let group = self.group(key);
-        self.roots.push(Here {
-            handle: self.records[slot].id,
-            group,
-            root: Root {
-                key,
-                start,
-                bytes,
-                channels,
-                p: Progress::default(),
-            },
-        });
-    }
-
-    /// The group of `key` in this summary, created on first use.
-    fn group(&mut self, key: GroupKey) -> GroupIx {
-        match key {
-            GroupKey::Coll(key) => {
-                let colls = &mut self.colls;
-                GroupIx::Coll(*self.coll_ix.entry(key).or_insert_with(|| {
-                    colls.push(CollGroup {
-                        key,
-                        ops: Vec::new(),
-                        transfers: Vec::new(),
-                    });
-                    ix(colls.len() - 1)
-                }))
-            }
-            GroupKey::P2p {
-                peer,
-                datatype,
-                size_class,
-            } => {
-                let p2ps = &mut self.p2ps;
-                GroupIx::P2p(*self.p2p_ix.entry(key).or_insert_with(|| {
-                    p2ps.push(P2pGroup {
-                        peer,
-                        datatype,
-                        size_class,
-                        ops: Vec::new(),
-                        transfers: Vec::new(),
-                    });
-                    ix(p2ps.len() - 1)
-                }))
-            }
-        }
-    }
-
-    fn link_group(&mut self, rank: i32, peer: i32) -> u32 {
-        let (links, steps) = (&mut self.links, &mut self.link_steps);
-        *self.link_ix.entry((rank, peer)).or_insert_with(|| {
-            links.push(LinkGroup {
-                rank,
-                peer,
-                bytes: 0,
-                transfers: 0,
-                queue: Queue::default(),
-            });
-            steps.push(Vec::new());
-            ix(links.len() - 1)
-        })
-    }
-
-    fn channel_group(&mut self, channel: u8) -> u32 {
-        let entry = &mut self.channel_ix[usize::from(channel)];
-        if *entry == NONE {
-            *entry = ix(self.channels.len());
-            self.channels.push(ChannelGroup {
-                channel,
-                transfers: Vec::new(),
-                samples: Samples::default(),
-            });
-        }
-        *entry
     }
 
     /// Where the transfers of the send ProxyOp `handle` go: from this window (resolved once per
@@ -610,13 +563,36 @@ impl<'a> Pass<'a> {
                     }
                 }
                 Body::KernelCh { parent, gpu_start, .. } => {
-                    let gpu_stop = slot.has(GPU_STOPPED).then_some(slot.value);
+                    let mut gpu_stop = slot.has(GPU_STOPPED).then_some(slot.value);
+                    if gpu_stop.is_some_and(|stop| stop < gpu_start) {
+                        // Another batch's times (spec 7.3.5): the operation gets no GPU time.
+                        self.stats.invalid_gpu += 1;
+                        gpu_stop = None;
+                    }
                     match self.progress(parent) {
                         Some(p) => p.kernel(gpu_start, gpu_stop),
                         None => self.stats.orphans += 1,
                     }
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Phase 3b: each KernelPhase that ended becomes a duration of its phase (GPU clock); one
+    /// ending before it starts is left out and counted, one that never ended is unfinished.
+    fn kernel_phases(&mut self) {
+        for i in std::mem::take(&mut self.phases) {
+            let i = i as usize;
+            let Body::KernelPhase { phase, gpu_start, .. } = self.records[i].body else {
+                continue;
+            };
+            let slot = self.slots[i];
+            match self.phase_secs.get_mut(usize::from(phase)) {
+                _ if !slot.has(GPU_STOPPED) => self.stats.unfinished += 1,
+                _ if slot.value < gpu_start => self.stats.invalid_gpu += 1,
+                Some(secs) => secs.push((slot.value - gpu_start) as f64 / 1e9),
+                None => {} // the hot path declines phases it does not know
             }
         }
     }
@@ -676,22 +652,19 @@ impl<'a> Pass<'a> {
             p2ps: self.p2ps,
             links: self.links,
             channels: self.channels,
+            phases: self.phase_secs,
             stats: self.stats,
-        }
-    }
-
-    fn push_transfers(&mut self, group: GroupIx, transfers: Vec<Transfer>) {
-        match group {
-            GroupIx::Coll(g) => self.colls[g as usize].transfers.extend(transfers),
-            GroupIx::P2p(g) => self.p2ps[g as usize].transfers.extend(transfers),
         }
     }
 }
 
+mod groups;
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::aggregate::OpSample;
+    use crate::aggregate::queue::Queue;
+    use crate::aggregate::regression::Samples;
     use crate::record::Datatype;
     use crate::record::handle::CommId;
     use std::time::{Duration, Instant};
@@ -898,6 +871,7 @@ mod tests {
             proto: Proto::Simple,
             datatype,
             size_class: size_class(bytes),
+            tag: 0,
         }
     }
 
@@ -1026,6 +1000,7 @@ mod tests {
                 peer: 5,
                 datatype: Datatype::Float64,
                 size_class: size_class(2048),
+                tag: 0,
                 ops: vec![OpSample {
                     bytes: 2048,
                     duration: Some(100.0 / 1024.0),
@@ -1552,5 +1527,60 @@ mod tests {
                 .stats
                 .forced
         );
+    }
+
+    /// A Tag record moves its collective (or send) to the group of its tagged key; untagged ones
+    /// stay where they were.
+    #[test]
+    fn a_tag_moves_its_operation_to_the_tagged_group() {
+        let mut w = Win::default();
+        let a = w.coll(0, Func::AllReduce, 4, Datatype::Float16);
+        w.rec(a, 0, Body::Tag { tag: 7 });
+        w.stop(a, 1);
+        let b = w.coll(2, Func::AllReduce, 4, Datatype::Float16);
+        w.stop(b, 3);
+        let s = w.sum();
+        let tags: Vec<(u64, usize)> = s.colls.iter().map(|g| (g.key.tag, g.ops.len())).collect();
+        assert_eq!(tags, [(0, 1), (7, 1)]);
+        assert_eq!(s.stats, stats(5, 0, 0));
+    }
+
+    /// Kernel phases give their GPU durations by phase; a GPU interval that ends before it starts
+    /// (2.31.2's drift) is left out and counted, and its collective gets no GPU time.
+    #[test]
+    fn kernel_phases_and_invalid_gpu_intervals() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 4, Datatype::Float16);
+        w.stop(c, 1);
+        let k = w.kernel(10, c, 0, 1_000);
+        for (phase, start, stop) in [(0, 1_000, 1_500), (1, 1_500, 3_500), (2, 3_500, 3_400)] {
+            let p = w.start(
+                11,
+                Body::KernelPhase {
+                    parent: k,
+                    phase,
+                    gpu_start: start,
+                },
+            );
+            w.rec(p, 11, Body::PhaseStop { gpu_stop: stop });
+        }
+        w.rec(k, 12, Body::KernelChStop { gpu_stop: 3_400 });
+        w.stop(k, 12);
+        let k = w.kernel(13, c, 1, 1_200);
+        w.rec(k, 14, Body::KernelChStop { gpu_stop: 3_000 });
+        w.stop(k, 14);
+        // Both channels of the second one reported, one of them with another batch's times.
+        let d = w.coll(20, Func::AllReduce, 4, Datatype::Float16);
+        w.stop(d, 21);
+        for (ch, start, stop) in [(0, 9_000, 8_000), (1, 9_000, 9_500)] {
+            let j = w.kernel(22, d, ch, start);
+            w.rec(j, 23, Body::KernelChStop { gpu_stop: stop });
+            w.stop(j, 23);
+        }
+        let s = w.sum();
+        assert_eq!(s.phases, [vec![500e-9], vec![2_000e-9], vec![]]);
+        let gpu: Vec<Option<f64>> = s.colls[0].ops.iter().map(|o| o.gpu).collect();
+        assert_eq!(gpu, [None, Some(2.4e-6)], "the drifted one has no GPU time");
+        assert_eq!(s.stats.invalid_gpu, 2, "the final sync and the second channel");
     }
 }
