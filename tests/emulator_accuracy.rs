@@ -63,6 +63,9 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
             std::env::set_var("NCCL_PROFILE_EVENT_MASK", "0x5e");
             // No exporter in this test: the capture sink is the consumer.
             std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "none");
+            // Broadcasts run as ring collectives with task events, whose times are checked
+            // (NCCL 2.29+ would otherwise run them as AllGatherV, seen only at the API).
+            std::env::set_var("NCCL_ALLGATHERV_ENABLE", "0");
         }
         let capture = Arc::new(Capture::default());
         telemetry::add_sink(capture.clone());

@@ -12,7 +12,7 @@
 
 mod emulator;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -218,22 +218,66 @@ fn every_scenario_in_process() {
     assert!(logger::warnings().is_empty(), "{:?}", logger::warnings());
 }
 
+/// What NCCL emits only at the API level: a Broadcast on the AllGatherV path (2.29+, unless
+/// `NCCL_ALLGATHERV_ENABLE=0`) has only GroupApi and CollApi, a copy-engine collective (2.29+)
+/// CeColl; the plugin counts and sizes them from those through v5+ (CE: v6+) and sees nothing
+/// of them through the v4 adapter. Before 2.29 both run as ordinary collectives.
 #[test]
-fn broadcast_converted_to_allgatherv_is_invisible_to_v4() {
+fn api_level_collectives_are_counted_where_the_table_can_see_them() {
     let (_serial, capture) = setup();
     let plugin = Plugin::in_process();
-    let net = Network::new(2, 1, Link::new_us(20.0, 10.0));
+    let (release, abi) = (plugin.release(), plugin.driving());
+    let net = Network::new(4, 2, Link::new_us(20.0, 10.0));
+    let calls = [
+        Call::broadcast(1 << 20, 0),
+        Call::all_gather(256 << 10).copy_engine(),
+        Call::all_reduce(64 << 10),
+    ];
     let report = Workload::new(net)
-        .comm(CommSpec::new("bcast", 0..2).calls([Call::broadcast(1 << 20, 0), Call::all_reduce(64 << 10)]))
-        .options(|o| o.broadcast_as_allgatherv = true)
+        .comm(CommSpec::new("api-level", 0..4).channels(2).calls(calls))
+        .iterations(2)
         .run(&plugin);
-    assert!(report.collectives.iter().all(|c| c.func == emulator::Func::AllReduce));
-    let windows = summaries(capture, &report);
-    assert!(
-        windows
+    let visible = |c: &emulator::CollTruth| match c.func {
+        emulator::Func::Broadcast if release.allgatherv_broadcast() => abi >= Version::V5,
+        emulator::Func::AllGather if c.ce => abi >= Version::V6,
+        _ => true,
+    };
+    let mut want: BTreeMap<(&str, bool), (usize, u64)> = BTreeMap::new();
+    for c in report.collectives.iter().filter(|c| visible(c)) {
+        let e = want.entry((c.func.name(), c.ce)).or_default();
+        (e.0, e.1) = (e.0 + 1, e.1 + c.bytes);
+    }
+    let total: usize = want.values().map(|v| v.0).sum();
+    let count = |w: &[WindowSummary]| w.iter().flat_map(|w| &w.colls).map(|g| g.ops.len()).sum::<usize>();
+    let windows = summaries_until(capture, &report, |w| count(w) >= total);
+    let mut got: BTreeMap<(&str, bool), (usize, u64)> = BTreeMap::new();
+    for g in windows.iter().flat_map(|w| &w.colls) {
+        let e = got
+            .entry((g.key.func.as_str(), g.key.algo.as_str() == "CE"))
+            .or_default();
+        // The Coll of an AllGather reports the per-rank part; its nccl-tests size is × nranks.
+        let per_rank: u64 = g
+            .ops
             .iter()
-            .flat_map(|w| &w.colls)
-            .all(|g| g.key.func.as_str() == "AllReduce")
+            .map(|o| {
+                if g.key.func.as_str() == "AllGather" {
+                    o.bytes / 4
+                } else {
+                    o.bytes
+                }
+            })
+            .sum();
+        (e.0, e.1) = (e.0 + g.ops.len(), e.1 + per_rank);
+        if g.key.algo.as_str() == "CE" || (g.key.func.as_str() == "Broadcast" && release.allgatherv_broadcast()) {
+            assert!(
+                g.ops.iter().all(|o| o.duration.is_none() && o.gpu.is_none()),
+                "no time is given: {g:?}"
+            );
+        }
+    }
+    assert_eq!(
+        got, want,
+        "operations and bytes by (function, copy engine) on NCCL {release} through {abi}"
     );
 }
 

@@ -62,8 +62,8 @@ fn new_comm(p: &Plugin, rank: i32, nranks: i32) -> emulator::Comm {
     let hash = NEXT.fetch_add(0x1_0001, std::sync::atomic::Ordering::Relaxed);
     let (c, mask) = p.init(Some("test"), hash, 2, nranks, rank);
     assert!(!c.context.is_null());
-    // On v7 the plugin adds KernelPhase to what is configured.
-    assert_eq!(mask & !emulator::mask::KERNEL_PHASE, Config::global().event_mask);
+    // The plugin adds CeColl (v6+) and KernelPhase (v7) to what is configured.
+    assert_eq!(mask & !emulator::mask::IMPLIED, Config::global().event_mask);
     c
 }
 
@@ -114,9 +114,9 @@ fn table_is_named_otel_and_init_sets_the_mask() {
         "Coll|P2p|ProxyOp|ProxyStep|KernelCh by default"
     );
     assert_eq!(
-        p.mask() & !emulator::mask::KERNEL_PHASE,
+        p.mask() & !emulator::mask::IMPLIED,
         0x5E,
-        "stored at init (with KernelPhase on v7); KernelCh always on here"
+        "stored at init (with CeColl, KernelPhase where they exist); KernelCh always on here"
     );
     finalize(p, &c);
 }

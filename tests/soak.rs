@@ -656,7 +656,10 @@ fn soak_with_a_faulty_collector() {
             let name = format!("soak{i}");
             let (c, mask) = plugin.init(Some(&name), 0x50A4_0000_0000 + i as u64, 2, NRANKS, i as i32);
             assert!(!c.context.is_null(), "init gave no context");
-            assert_eq!(mask, 0x5e, "default activation mask (NCCL 2.30.7: KernelCh always on)");
+            assert_eq!(
+                mask, 0x105e,
+                "default activation mask and CeColl (NCCL 2.30.7: KernelCh always on)"
+            );
             c
         })
         .collect();

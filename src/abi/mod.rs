@@ -57,7 +57,75 @@ pub trait Descriptor {
     fn symmetric(&self) -> bool {
         false
     }
+    /// CollApi member (v5+) as a collective's start: the user's function, count and type; no
+    /// algorithm, protocol or channels.
+    fn coll_api(&self) -> Option<CollStart> {
+        None
+    }
+    /// CeColl member (v6+) as a collective's start, algorithm [`crate::record::Algo::CopyEngine`].
+    fn ce_coll(&self) -> Option<CollStart> {
+        None
+    }
 }
+
+/// Whether `ncclBroadcast` is counted from its CollApi event: set at `init` when the running NCCL
+/// converts it to AllGatherV (2.29+ with `NCCL_ALLGATHERV_ENABLE` not 0, spec 3.12), which then
+/// emits no Coll for it.
+pub static API_BROADCASTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The [`Descriptor::coll_api`] of a v5-to-v7 descriptor type, inside its impl.
+macro_rules! coll_api {
+    () => {
+        fn coll_api(&self) -> Option<$crate::record::CollStart> {
+            use $crate::record::{Algo, CollStart, Datatype, Func, Proto};
+            if self.type_ != u64::from($crate::bindings::ncclProfileCollApi) {
+                return None;
+            }
+            // SAFETY: `type` is CollApi, so NCCL filled `collApi`; its strings are NULL or
+            // NUL-terminated literals of libnccl.
+            unsafe {
+                let c = &self.__bindgen_anon_1.collApi;
+                Some(CollStart {
+                    seq: 0,
+                    count: c.count as u64,
+                    func: Func::from_bytes($crate::abi::c_bytes(c.func)),
+                    algo: Algo::Unknown,
+                    proto: Proto::Unknown,
+                    datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
+                    n_channels: 0,
+                })
+            }
+        }
+    };
+}
+use coll_api;
+
+/// The [`Descriptor::ce_coll`] of a v6 or v7 descriptor type, inside its impl.
+macro_rules! ce_coll {
+    () => {
+        fn ce_coll(&self) -> Option<$crate::record::CollStart> {
+            use $crate::record::{Algo, CollStart, Datatype, Func, Proto};
+            if self.type_ != u64::from($crate::bindings::ncclProfileCeColl) {
+                return None;
+            }
+            // SAFETY: `type` is CeColl, so NCCL filled `ceColl`; its strings are NULL or
+            // NUL-terminated literals of libnccl.
+            unsafe {
+                let c = &self.__bindgen_anon_1.ceColl;
+                Some(CollStart {
+                    seq: c.seqNumber,
+                    count: c.count as u64,
+                    func: Func::from_bytes($crate::abi::c_bytes(c.func)),
+                    algo: Algo::CopyEngine,
+                    proto: Proto::Unknown,
+                    datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
+                    n_channels: 0,
+                })
+            }
+        }
+    };
+}
+use ce_coll;
 
 /// What `recordEventState` needs from one ABI version's state arguments. The caller picks the
 /// member by the state value, as NCCL does.
@@ -90,8 +158,8 @@ pub unsafe fn c_bytes<'a>(ptr: *const std::os::raw::c_char) -> &'a [u8] {
 /// [`StateArgs`] for it too (v6 and v7 reuse v5's type); with a block, adds its methods to the
 /// impl (v7's extensions).
 macro_rules! api_family {
-    ($descr:ty, $args:ty) => {
-        $crate::abi::api_family!($descr {});
+    ($descr:ty, $args:ty $(, { $($extra:tt)* })?) => {
+        $crate::abi::api_family!($descr { $($($extra)*)? });
 
         impl $crate::abi::StateArgs for $args {
             fn trans_size(&self) -> u64 {

@@ -8,8 +8,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::api_family;
-use crate::bindings::{ncclProfileColl, ncclProfileKernelPhase, ncclProfileP2p, ncclProfilerEventDescr_v7_t};
+use super::{api_family, ce_coll, coll_api};
+use crate::bindings::{
+    ncclProfileCeColl, ncclProfileColl, ncclProfileKernelPhase, ncclProfileP2p, ncclProfilerEventDescr_v7_t,
+};
 
 /// Whether `userTag` and `isSymColl` are read: set at `init` from
 /// `NCCL_PROFILER_OTEL_V7_EXTENSIONS` and the NCCL release found (by default only 2.31, whose
@@ -17,6 +19,9 @@ use crate::bindings::{ncclProfileColl, ncclProfileKernelPhase, ncclProfileP2p, n
 pub static EXTENSIONS: AtomicBool = AtomicBool::new(false);
 
 api_family!(ncclProfilerEventDescr_v7_t {
+    coll_api!();
+    ce_coll!();
+
     fn user_tag(&self) -> u64 {
         if !EXTENSIONS.load(Ordering::Relaxed) {
             return 0;
@@ -27,6 +32,7 @@ api_family!(ncclProfilerEventDescr_v7_t {
             match self.type_ {
                 t if t == u64::from(ncclProfileColl) => self.__bindgen_anon_1.coll.userTag,
                 t if t == u64::from(ncclProfileP2p) => self.__bindgen_anon_1.p2p.userTag,
+                t if t == u64::from(ncclProfileCeColl) => self.__bindgen_anon_1.ceColl.userTag,
                 _ => 0,
             }
         }

@@ -9,12 +9,12 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
-use crate::abi::{Descriptor, StateArgs};
+use crate::abi::{API_BROADCASTS, Descriptor, StateArgs};
 use crate::aggregate::PHASES;
 use crate::bindings::{
-    ncclProfileColl, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p, ncclProfileProxyOp,
-    ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerKernelChStop, ncclProfilerKernelPhaseStop,
-    ncclProfilerProxyOpInProgress_v4, ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclProfileColl, ncclProfileCollApi, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p,
+    ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerKernelChStop,
+    ncclProfilerKernelPhaseStop, ncclProfilerProxyOpInProgress_v4, ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
 use crate::comm::{self, Comm};
@@ -29,9 +29,10 @@ pub(super) const UNTIMED: u64 = 0;
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
 
-/// Event types that are known but never recorded: ProxyCtrl, NetPlugin, the API-level events
-/// (v5+) and the copy-engine events (v6+). Group gets a handle of its own.
-const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x7F00;
+/// Event types that are known but never recorded: ProxyCtrl, NetPlugin, GroupApi, P2pApi,
+/// KernelLaunch, CeSync and CeBatch. Group gets a handle of its own; CollApi is recorded for
+/// Broadcasts NCCL runs without task events, CeColl always.
+const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x100 | 0x400 | 0x800 | 0x2000 | 0x4000;
 
 /// # Safety
 /// `handle` is NULL or writable; `descr` is NULL or points to a descriptor NCCL filled for this
@@ -116,7 +117,22 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     if ty & DECLINED_TYPES != 0 && ty.is_power_of_two() {
         return declined();
     }
+    // A CollApi is kept only for a Broadcast on NCCL's AllGatherV path: its only event.
+    let api_broadcast = ty == u64::from(ncclProfileCollApi)
+        && API_BROADCASTS.load(Ordering::Relaxed)
+        && d.coll_api().is_some_and(|c| c.func == Func::Broadcast);
+    if ty == u64::from(ncclProfileCollApi) && !api_broadcast {
+        return declined();
+    }
     let (id, comm) = local(owner, context)?;
+    // Collectives seen only at the API (Broadcast) or only as copy-engine work: no children.
+    if let Some(coll) = d.ce_coll().or_else(|| api_broadcast.then(|| d.coll_api()).flatten()) {
+        return tagged(
+            comm,
+            comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?,
+            d.user_tag(),
+        );
+    }
     if ty == u64::from(ncclProfileGroup) {
         STATS.declined.incr(); // a handle, but no record
         return Some(

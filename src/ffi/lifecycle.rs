@@ -11,15 +11,19 @@ use std::time::SystemTime;
 
 use super::events::{OWN_PID, local};
 use super::guard::guarded;
-use crate::abi::v7;
+use crate::abi::{self, v7};
 use crate::activation::{self, Plan};
 use crate::aggregate::CommMeta;
-use crate::bindings::{ncclDebugLogger_t, ncclResult_t};
+use crate::bindings::{ncclDebugLogger_t, ncclProfileCeColl, ncclProfileColl, ncclResult_t};
 use crate::comm::{self, Comm};
 use crate::config::Config;
-use crate::nccl_version;
+use crate::nccl_version::{self, NcclVersion};
 use crate::record::handle::Context;
 use crate::{clock, export, nccl_log, telemetry};
+
+/// The Coll and CeColl bits of the activation mask.
+const COLL: i32 = ncclProfileColl as i32;
+const CE_COLL: i32 = ncclProfileCeColl as i32;
 
 /// Version-neutral `init` (`abi`: the profiler ABI version of the table NCCL chose): returns the
 /// context value, having stored the activation mask due now into `mask` (NCCL's process-wide
@@ -59,22 +63,31 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
 
 /// The process's activation plan, made at its first profiled `init` and logged with the NCCL
 /// release and the profiler ABI version NCCL chose: KernelCh's duty is
-/// `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the release. On v7 it also decides whether the
-/// fields only NCCL 2.31's layout has are read (`NCCL_PROFILER_OTEL_V7_EXTENSIONS`) and, when
-/// they are, requests KernelPhase with KernelCh: the GPU pays for phases with KernelCh on 2.31
-/// (spec 7.3.1).
+/// `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the release. The release and ABI also decide
+/// what comes with the configured mask: CeColl with Coll from v6 (copy-engine collectives have
+/// no other event); on v7, whether the fields only NCCL 2.31's layout has are read
+/// (`NCCL_PROFILER_OTEL_V7_EXTENSIONS`) and, when they are, KernelPhase with KernelCh (the GPU
+/// pays for phases with KernelCh on 2.31, spec 7.3.1); and whether Broadcast is counted from its
+/// API event (NCCL's AllGatherV path, 2.29+, spec 3.12).
 fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
     let nccl = nccl_version::detect(logfn);
     let known_layout = nccl.is_some_and(|v| v.major == 2 && v.minor == 31);
     let extensions = abi == 7 && config.v7_extensions.unwrap_or(known_layout);
     v7::EXTENSIONS.store(extensions, Ordering::Relaxed);
-    let phases = if extensions && config.event_mask & activation::KERNEL_CH != 0 {
-        activation::KERNEL_PHASE
-    } else {
-        0
-    };
+    // A release that chose v6 or later is 2.29+ even when it cannot be named.
+    let allgatherv = nccl.map_or(abi >= 6, |v| v >= NcclVersion::new(2, 29, 0))
+        && std::env::var("NCCL_ALLGATHERV_ENABLE").map_or(true, |v| v.trim() != "0");
+    abi::API_BROADCASTS.store(abi >= 5 && allgatherv, Ordering::Relaxed);
+    let mask = config.event_mask;
+    let mut implied = 0;
+    if extensions && mask & activation::KERNEL_CH != 0 {
+        implied |= activation::KERNEL_PHASE;
+    }
+    if abi >= 6 && mask & COLL != 0 {
+        implied |= CE_COLL;
+    }
     let plan = Plan {
-        mask: config.event_mask | phases,
+        mask: mask | implied,
         every: config
             .kernel_ch_every
             .unwrap_or_else(|| activation::default_every(nccl, abi)),

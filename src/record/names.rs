@@ -57,7 +57,8 @@ c_string_enum! {
 
 c_string_enum! {
     /// Algorithm NCCL chose (`coll.algo`); `SYMMETRIC` for a symmetric-memory kernel (v7
-    /// `isSymColl`), whose own names NCCL puts in `algo` and `proto` (spec 7.2.6).
+    /// `isSymColl`), whose own names NCCL puts in `algo` and `proto` (spec 7.2.6); `CE` for a
+    /// copy-engine collective (v6 CeColl).
     Algo {
         Tree => "TREE",
         Ring => "RING",
@@ -67,6 +68,7 @@ c_string_enum! {
         NvlsTree => "NVLS_TREE",
         Pat => "PAT",
         Symmetric => "SYMMETRIC",
+        CopyEngine => "CE",
     } else Unknown
 }
 

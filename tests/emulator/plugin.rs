@@ -73,7 +73,11 @@ pub mod mask {
     pub const P2P_API: i32 = 0x400;
     pub const KERNEL_LAUNCH: i32 = 0x800;
     pub const CE: i32 = 0x7000;
+    pub const CE_COLL: i32 = 0x1000;
     pub const KERNEL_PHASE: i32 = 0x8000;
+    /// Bits the plugin adds to the configured mask, by ABI version: CeColl with Coll (v6+),
+    /// KernelPhase with KernelCh (v7 on NCCL 2.31).
+    pub const IMPLIED: i32 = CE_COLL | KERNEL_PHASE;
     /// Every type a v4 plugin can receive.
     pub const ALL_V4: i32 = 0xFF;
 
@@ -85,6 +89,9 @@ pub mod mask {
     }
     pub fn p2p_api(m: i32) -> bool {
         m & (P2P_API | P2P | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN) != 0
+    }
+    pub fn ce_coll(m: i32) -> bool {
+        m & CE != 0
     }
     pub fn kernel_launch(m: i32) -> bool {
         m & KERNEL_LAUNCH != 0
@@ -793,6 +800,39 @@ impl Plugin {
             self.stop(h);
         }
         h
+    }
+
+    /// A copy-engine collective as its launch makes it (spec 3.11): CeColl start under the
+    /// CollApi `parent`, its syncs and batches (when their bits are on), CeColl stop.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ce_coll(
+        &self,
+        c: &Comm,
+        parent: H,
+        func: *const c_char,
+        count: u64,
+        dtype: *const c_char,
+        seq: u64,
+        tag: u64,
+    ) {
+        let mut d = descr(ty::CE_COLL, parent, c.rank);
+        // SAFETY: writing the union member that matches `type`.
+        let k = unsafe { &mut d.__bindgen_anon_1.ceColl };
+        (k.seqNumber, k.func, k.count, k.datatype) = (seq, func, count as usize, dtype);
+        (k.syncStrategy, k.ceSeqNum, k.userTag) = (cstr("UC"), seq as u32, tag);
+        let h = self.start(c.context, &mut d);
+        let m = self.mask();
+        if !h.is_null() {
+            for (ty, bit) in [(ty::CE_SYNC, mask::CE_COLL << 1), (ty::CE_BATCH, mask::CE_COLL << 2)] {
+                if m & bit != 0 {
+                    let s = self.start(c.context, &mut descr(ty, h, c.rank));
+                    if !s.is_null() {
+                        self.stop(s);
+                    }
+                }
+            }
+            self.stop(h);
+        }
     }
 
     /// Group start.

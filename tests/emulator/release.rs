@@ -82,6 +82,17 @@ impl Release {
         self >= Release::V2_28_9
     }
 
+    /// `ncclBroadcast` runs as AllGatherV (2.29+) unless `NCCL_ALLGATHERV_ENABLE=0`: NCCL then
+    /// emits only its API events (spec 3.12). Copy-engine collectives exist from the same release.
+    pub fn allgatherv_broadcast(self) -> bool {
+        self >= Release(22900) && std::env::var("NCCL_ALLGATHERV_ENABLE").map_or(true, |v| v.trim() != "0")
+    }
+
+    /// Copy-engine collectives (CeColl, CeSync, CeBatch) exist (2.29+).
+    pub fn copy_engine(self) -> bool {
+        self >= Release(22900)
+    }
+
     /// KernelCh (and KernelPhase) come from a profiler thread of their own, not the proxy
     /// thread (2.31+).
     pub fn profiler_thread(self) -> bool {

@@ -50,6 +50,8 @@ pub struct CollTruth {
     pub pxn: bool,
     /// The call's `userProfilerTag` (0: untagged).
     pub tag: u64,
+    /// Run by the copy engines: CeColl events only.
+    pub ce: bool,
 }
 
 impl CollTruth {

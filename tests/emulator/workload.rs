@@ -186,6 +186,9 @@ pub enum Call {
         proto: Proto,
         /// `ncclCollConfig_t.userProfilerTag` (NCCL 2.31+), 0 for a plain call.
         tag: u64,
+        /// Run by the copy engines (zero-CTA policy in an NVLink domain, NCCL 2.29+, spec 3.11):
+        /// CeColl events instead of Coll, no proxy ops, no kernel.
+        ce: bool,
     },
     /// In one group: send to `rank + shift`, receive from `rank - shift` (a pipeline stage).
     /// Plain `ncclSend`/`ncclRecv` have no tag.
@@ -205,6 +208,7 @@ impl Call {
             algo: Algo::Ring,
             proto: Proto::Simple,
             tag: 0,
+            ce: false,
         }
     }
 
@@ -248,6 +252,15 @@ impl Call {
             dtype: Dtype::Float32,
             tag: 0,
         }
+    }
+
+    /// The same collective on the copy engines (from NCCL 2.29; earlier releases run it as
+    /// usual).
+    pub fn copy_engine(mut self) -> Call {
+        if let Call::Coll { ce, .. } = &mut self {
+            *ce = true;
+        }
+        self
     }
 
     /// The same call through its `…Config` variant with `userProfilerTag` = `t` (NCCL 2.31;
@@ -396,8 +409,8 @@ pub struct Options {
     /// NetPlugin events under each send step when the mask asks (NCCL built with
     /// `NET_PROFILER=1`, spec 3.10).
     pub net_plugin: bool,
-    /// Broadcast converted to AllGatherV (NCCL 2.30's default, spec 3.12): a v4 plugin sees
-    /// nothing of it.
+    /// Broadcast converted to AllGatherV (NCCL 2.29+ unless `NCCL_ALLGATHERV_ENABLE=0`, spec
+    /// 3.12): only its API events are emitted, so a v4 plugin sees nothing of it.
     pub broadcast_as_allgatherv: bool,
     /// `%globaltimer` granularity in ns.
     pub gpu_timer_ns: u64,
@@ -425,7 +438,7 @@ impl Default for Options {
             pxn: false,
             restart_recv: false,
             net_plugin: false,
-            broadcast_as_allgatherv: false,
+            broadcast_as_allgatherv: super::release::current().allgatherv_broadcast(),
             gpu_timer_ns: 32,
             kernel_skew: Duration::from_micros(4),
             realtime: true,
@@ -480,6 +493,8 @@ struct Instance<'w> {
     comm: Comm,
     rank: i32,
     seq: [u64; Func::ALL.len()],
+    /// The communicator's copy-engine collective counter (`ceSeqNum`).
+    seq_ce: u64,
     tx: mpsc::Sender<Task>,
 }
 
@@ -641,6 +656,7 @@ impl Workload {
                 comm,
                 rank,
                 seq: [0; Func::ALL.len()],
+                seq_ce: 0,
                 tx,
             });
         }
@@ -721,6 +737,7 @@ impl Workload {
                     send_steps: 0,
                     pxn: false,
                     tag: 0,
+                    ce: false,
                 }
             };
         match *call {
@@ -732,6 +749,7 @@ impl Workload {
                 algo,
                 proto,
                 tag,
+                ce,
             } => {
                 // 2.28+: the API events, on the user thread at the call (spec 3.4 steps 1–5).
                 let api = plugin.release().api_events();
@@ -753,12 +771,46 @@ impl Workload {
                 } else {
                     H::NULL
                 };
-                if func == Func::Broadcast && self.options.broadcast_as_allgatherv {
+                let api_only = func == Func::Broadcast && self.options.broadcast_as_allgatherv;
+                let copy_engine = ce && plugin.release().copy_engine();
+                if api_only || copy_engine {
                     if !group_api.is_null() {
                         plugin.group_api_state(group_api, ty::GROUP_END_API_START);
+                    }
+                    let start = Instant::now();
+                    if copy_engine && mask::ce_coll(m) {
+                        let seq = inst.seq_ce;
+                        inst.seq_ce += 1;
+                        plugin.ce_coll(
+                            &inst.comm,
+                            coll_api,
+                            func.cname().as_ptr(),
+                            count,
+                            dtype.cname().as_ptr(),
+                            seq,
+                            tag,
+                        );
+                    }
+                    if !group_api.is_null() {
                         plugin.stop(group_api);
                     }
-                    return 0;
+                    // Nothing else reaches the plugin: no task events, proxy ops or kernel channels.
+                    let task = Task {
+                        root: H::NULL,
+                        mask: m,
+                        launch: start,
+                        truth: CollTruth {
+                            tag,
+                            ce: copy_engine,
+                            ..truth(func, 0, None, count, dtype, (start, start))
+                        },
+                        ops: Vec::new(),
+                        kernels: Vec::new(),
+                        ring_dep: None,
+                        done: done.clone(),
+                    };
+                    inst.tx.send(task).expect("proxy alive");
+                    return 1;
                 }
                 let group = launch(plugin, &inst.comm, group_api, m);
                 let seq = inst.seq[func as usize];
