@@ -1,5 +1,5 @@
-//! Property-test fuzzer: arbitrary callback streams through the real exported `ncclProfiler_v4`
-//! table, from two or three threads at once, while the telemetry thread closes, processes and
+//! Property-test fuzzer: arbitrary callback streams through one of the real exported
+//! `ncclProfiler_v4` … `_v7` tables (each case picks one), from two or three threads at once, while the telemetry thread closes, processes and
 //! recycles windows every 10 ms.
 //!
 //! Each thread decodes its own random byte string into ops (`tests/fuzz/stream.rs`, shared with the
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use proptest::prelude::*;
-use stream::{Balance, Run};
+use stream::{Abi, Balance, Run};
 
 /// Tests in this binary read process-wide counters: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -85,7 +85,11 @@ fn within<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
 fn run(threads: &[Vec<u8>]) -> (Balance, u64) {
     let _serial = SERIAL.lock();
     within(Duration::from_secs(60), || {
-        let run = Run::new(5);
+        // NCCL uses one table per process: each case picks one by its first byte.
+        let run = Run::new(
+            5,
+            Abi::pick(threads.first().and_then(|t| t.first()).copied().unwrap_or(0)),
+        );
         run.prelude();
         std::thread::scope(|s| {
             let workers: Vec<_> = threads

@@ -103,7 +103,11 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh]) else {
             return declined();
         };
-        let (comm, (phase, gpu_start)) = (live(owner, parent.comm)?, d.kernel_phase()?);
+        let comm = live(owner, parent.comm)?;
+        let Some((phase, gpu_start)) = d.kernel_phase() else {
+            STATS.unknown_types.incr(); // a table without the member
+            return None;
+        };
         if usize::from(phase) >= PHASES.len() {
             return declined();
         }

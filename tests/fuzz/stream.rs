@@ -1,5 +1,6 @@
 //! Arbitrary NCCL callback streams decoded from bytes and run through the real exported
-//! `ncclProfiler_v4` table, with every invariant of issue 5 checked on the way and an exact account
+//! `ncclProfiler_v4` … `ncclProfiler_v7` table (one per run, as NCCL uses one per process), with
+//! every invariant of issue 5 checked on the way and an exact account
 //! kept of what happened to each callback.
 //!
 //! Shared by the property-test fuzzer (`tests/fuzz_callbacks.rs`: several threads run their own
@@ -47,12 +48,12 @@ use std::time::{Duration, Instant};
 
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::bindings::{
-    ncclProfilerEventDescr_v4_t, ncclProfilerEventStateArgs_v4_t, ncclProfilerEventStateArgs_v4_t__bindgen_ty_4,
-    ncclSuccess,
+    ncclDebugLogger_t, ncclProfilerEventDescr_v4_t, ncclProfilerEventDescr_v7_t, ncclProfilerEventStateArgs_v4_t,
+    ncclProfilerEventStateArgs_v4_t__bindgen_ty_4, ncclResult_t, ncclSuccess,
 };
 use nccl_profiler_otel::comm::{self, SETTLE};
 use nccl_profiler_otel::config::Config;
-use nccl_profiler_otel::ffi::ncclProfiler_v4;
+use nccl_profiler_otel::ffi::{ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6, ncclProfiler_v7};
 use nccl_profiler_otel::record::handle::{CommId, Context, GEN_MASK, Handle, Kind};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
@@ -358,6 +359,13 @@ const PROXY_STEP: u8 = 0x10;
 const PROXY_CTRL: u8 = 0x20;
 const KERNEL_CH: u8 = 0x40;
 const NET_PLUGIN: u8 = 0x80;
+/// Types of the v5+ tables only (a v4 descriptor's `type` is a `u8`).
+const COLL_API: u64 = 0x200;
+const CE_COLL: u64 = 0x1000;
+const KERNEL_PHASE: u64 = 0x8000;
+const KERNEL_PHASE_STOP: u32 = 31;
+/// Mask bits the plugin adds to the configured mask by ABI version (CeColl, KernelPhase).
+const IMPLIED: c_int = 0x1000 | 0x8000;
 const SEND_GPU_WAIT: u32 = 8;
 const SEND_WAIT: u32 = 9;
 const SEND_PEER_WAIT: u32 = 20;
@@ -375,8 +383,11 @@ fn silently_ignored_state(kind: Kind, state: u32) -> bool {
 }
 
 /// The kind of a natural parent for a start of type `ty` (v4: Coll/P2p hang under the Group).
-fn natural_parent(ty: u8) -> Option<Kind> {
-    match ty {
+fn natural_parent(ty: u64) -> Option<Kind> {
+    if ty == KERNEL_PHASE {
+        return Some(Kind::KernelCh);
+    }
+    match u8::try_from(ty).ok()? {
         COLL | P2P => Some(Kind::Group),
         PROXY_OP | KERNEL_CH => Some(Kind::Coll),
         PROXY_STEP => Some(Kind::ProxyOp),
@@ -390,12 +401,18 @@ fn natural_target(state: u32) -> Option<Kind> {
         8..=12 | 20 => Some(Kind::ProxyStep),
         0..=7 | 19 => Some(Kind::ProxyOp),
         22 => Some(Kind::KernelCh),
+        KERNEL_PHASE_STOP => Some(Kind::KernelPhase),
         _ => None,
     }
 }
 
-fn kind_of(ty: u8) -> Option<Kind> {
-    Some(match ty {
+fn kind_of(ty: u64) -> Option<Kind> {
+    match ty {
+        COLL_API | CE_COLL => return Some(Kind::Coll),
+        KERNEL_PHASE => return Some(Kind::KernelPhase),
+        _ => {}
+    }
+    Some(match u8::try_from(ty).ok()? {
         GROUP => Kind::Group,
         COLL => Kind::Coll,
         P2P => Kind::P2p,
@@ -404,6 +421,129 @@ fn kind_of(ty: u8) -> Option<Kind> {
         KERNEL_CH => Kind::KernelCh,
         _ => return None,
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table
+
+/// Which exported table a run drives: NCCL uses one per process, the newest it knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Abi {
+    V4,
+    V5,
+    V6,
+    V7,
+}
+
+impl Abi {
+    /// The table a byte picks.
+    pub fn pick(byte: u8) -> Abi {
+        [Abi::V4, Abi::V5, Abi::V6, Abi::V7][usize::from(byte % 4)]
+    }
+}
+
+/// A v4 descriptor in the layout of `abi`'s table: as is for v4; otherwise copied into a v7-sized
+/// garbage buffer (v5/v6 read its first 112 bytes) with the same header and union bytes (every
+/// v4 member keeps its offset up to v7), `type` widened to `ty`.
+fn in_layout(d: &ncclProfilerEventDescr_v4_t, ty: u64, seed: u64) -> ncclProfilerEventDescr_v7_t {
+    // SAFETY: any byte pattern is a valid descriptor value (integers and raw pointers).
+    let mut wide: ncclProfilerEventDescr_v7_t = unsafe { std::mem::zeroed() };
+    fill_garbage(&mut wide, seed);
+    wide.type_ = ty;
+    wide.parentObj = d.parentObj;
+    wide.rank = d.rank;
+    // SAFETY: both unions start at offset 24; the v4 union (80 bytes) fits in the v7 one (112).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (&raw const d.__bindgen_anon_1).cast::<u8>(),
+            (&raw mut wide.__bindgen_anon_1).cast::<u8>(),
+            std::mem::size_of_val(&d.__bindgen_anon_1),
+        );
+    }
+    wide
+}
+
+impl Abi {
+    /// `startEvent` of the table; `descr` points to a descriptor in its layout, or is NULL.
+    unsafe fn start(self, context: *mut c_void, handle: *mut *mut c_void, descr: *mut c_void) -> ncclResult_t {
+        // SAFETY: the caller's arguments, as NCCL passes them to this table.
+        unsafe {
+            match self {
+                Abi::V4 => (ncclProfiler_v4.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V5 => (ncclProfiler_v5.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V6 => (ncclProfiler_v6.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V7 => (ncclProfiler_v7.0.table.startEvent.expect("startEvent"))(context, handle, descr.cast()),
+            }
+        }
+    }
+
+    /// `recordEventState` of the table; the v5 (= v6 = v7) args union has the v4 one's layout
+    /// (spec 2.9).
+    unsafe fn state(self, handle: *mut c_void, state: u32, args: *mut ncclProfilerEventStateArgs_v4_t) -> ncclResult_t {
+        // SAFETY: the caller's arguments, as NCCL passes them to this table.
+        unsafe {
+            match self {
+                Abi::V4 => (ncclProfiler_v4.0.recordEventState.expect("state"))(handle, state, args),
+                Abi::V5 => (ncclProfiler_v5.0.recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V6 => (ncclProfiler_v6.0.recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V7 => (ncclProfiler_v7.0.table.recordEventState.expect("state"))(handle, state, args.cast()),
+            }
+        }
+    }
+
+    /// `stopEvent` of the table.
+    fn stop(self) -> unsafe extern "C" fn(*mut c_void) -> ncclResult_t {
+        match self {
+            Abi::V4 => ncclProfiler_v4.0.stopEvent,
+            Abi::V5 => ncclProfiler_v5.0.stopEvent,
+            Abi::V6 => ncclProfiler_v6.0.stopEvent,
+            Abi::V7 => ncclProfiler_v7.0.table.stopEvent,
+        }
+        .expect("stopEvent")
+    }
+
+    /// `finalize` of the table.
+    fn finalize(self) -> unsafe extern "C" fn(*mut c_void) -> ncclResult_t {
+        match self {
+            Abi::V4 => ncclProfiler_v4.0.finalize,
+            Abi::V5 => ncclProfiler_v5.0.finalize,
+            Abi::V6 => ncclProfiler_v6.0.finalize,
+            Abi::V7 => ncclProfiler_v7.0.table.finalize,
+        }
+        .expect("finalize")
+    }
+
+    /// `init` with the version's argument order.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn init(
+        self,
+        context: *mut *mut c_void,
+        mask: *mut c_int,
+        name: *const c_char,
+        hash: u64,
+        n_nodes: c_int,
+        nranks: c_int,
+        rank: c_int,
+        logfn: ncclDebugLogger_t,
+    ) -> ncclResult_t {
+        // SAFETY: the caller's arguments, as NCCL passes them, in the version's order.
+        unsafe {
+            match self {
+                Abi::V4 => {
+                    (ncclProfiler_v4.0.init.expect("init"))(context, mask, name, hash, n_nodes, nranks, rank, logfn)
+                }
+                Abi::V5 => {
+                    (ncclProfiler_v5.0.init.expect("init"))(context, hash, mask, name, n_nodes, nranks, rank, logfn)
+                }
+                Abi::V6 => {
+                    (ncclProfiler_v6.0.init.expect("init"))(context, hash, mask, name, n_nodes, nranks, rank, logfn)
+                }
+                Abi::V7 => (ncclProfiler_v7.0.table.init.expect("init"))(
+                    context, hash, mask, name, n_nodes, nranks, rank, logfn,
+                ),
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -425,6 +565,7 @@ struct Entry {
 
 /// One fuzz run: a few communicator entries, a pool of returned handles, the tally.
 pub struct Run {
+    abi: Abi,
     entries: Vec<Entry>,
     pool: Mutex<Vec<Pooled>>,
     tally: Tally,
@@ -437,10 +578,12 @@ pub struct Run {
 type Guards<'a> = Vec<(usize, RwLockReadGuard<'a, EntryState>)>;
 
 impl Run {
-    /// A run with `entries` communicator entries (at most this many are live at once).
-    pub fn new(entries: usize) -> Run {
+    /// A run with `entries` communicator entries (at most this many are live at once), through
+    /// the table of `abi`.
+    pub fn new(entries: usize, abi: Abi) -> Run {
         install_sink();
         Run {
+            abi,
             entries: (0..entries.max(1))
                 .map(|i| Entry {
                     hash: HASHES[i % HASHES.len()],
@@ -612,7 +755,10 @@ impl Run {
 
     /// The entry whose live communicator `value` (a handle or context) names, if any.
     fn entry_of(guards: &Guards<'_>, value: u64) -> Option<usize> {
-        let comm = Context::decode(value)?.comm;
+        // A handle's kind may use bit 62, which no context has.
+        let comm = Handle::decode(value)
+            .map(|h| h.comm)
+            .or_else(|| Context::decode(value).map(|c| c.comm))?;
         guards
             .iter()
             .find(|(_, s)| s.live.and_then(Context::decode).is_some_and(|c| c.comm == comm))
@@ -625,20 +771,39 @@ impl Run {
         self.tally.callbacks.fetch_add(1, Relaxed);
     }
 
-    /// `startEvent`; returns the handle. Checks the return code, that `*eHandle` was written and
-    /// that a non-NULL handle is a live handle of the requested kind.
+    /// `startEvent` of a v4 descriptor in the table's layout (type `ty`); returns the handle.
+    /// Checks the return code, that `*eHandle` was written and that a non-NULL handle is a live
+    /// handle of the requested kind.
     fn raw_start(&self, context: u64, descr: Option<&mut ncclProfilerEventDescr_v4_t>, null_handle: bool) -> u64 {
+        let ty = descr.as_ref().map(|d| u64::from(d.type_));
+        let mut wide = descr
+            .as_ref()
+            .map(|d| in_layout(d, u64::from(d.type_), d.parentObj as u64 ^ 0x5EED));
+        self.raw_start_in(context, descr, wide.as_mut(), ty, null_handle)
+    }
+
+    /// `startEvent` with `descr` (v4) or `wide` (v5+) as the table takes it; `ty` its type.
+    fn raw_start_in(
+        &self,
+        context: u64,
+        descr: Option<&mut ncclProfilerEventDescr_v4_t>,
+        wide: Option<&mut ncclProfilerEventDescr_v7_t>,
+        ty: Option<u64>,
+        null_handle: bool,
+    ) -> u64 {
         self.call();
-        let ty = descr.as_ref().map(|d| d.type_);
-        let descr_ptr = descr.map_or(std::ptr::null_mut(), |d| d as *mut _);
+        let descr_ptr: *mut c_void = match (self.abi, descr, wide) {
+            (Abi::V4, Some(d), _) => (d as *mut ncclProfilerEventDescr_v4_t).cast(),
+            (_, _, Some(w)) if self.abi != Abi::V4 => (w as *mut ncclProfilerEventDescr_v7_t).cast(),
+            _ => std::ptr::null_mut(),
+        };
         let mut handle = SENTINEL as *mut c_void;
         let handle_ptr = if null_handle {
             std::ptr::null_mut()
         } else {
             &mut handle as *mut _
         };
-        let f = ncclProfiler_v4.0.startEvent.expect("startEvent");
-        let rc = unsafe { f(context as *mut c_void, handle_ptr, descr_ptr) };
+        let rc = unsafe { self.abi.start(context as *mut c_void, handle_ptr, descr_ptr) };
         assert_eq!(rc, ncclSuccess, "startEvent must return ncclSuccess");
         if null_handle {
             return 0;
@@ -681,8 +846,7 @@ impl Run {
         } else {
             std::ptr::null_mut()
         };
-        let f = ncclProfiler_v4.0.recordEventState.expect("recordEventState");
-        let rc = unsafe { f(handle as *mut c_void, state, args_ptr) };
+        let rc = unsafe { self.abi.state(handle as *mut c_void, state, args_ptr) };
         assert_eq!(rc, ncclSuccess, "recordEventState must return ncclSuccess");
     }
 
@@ -690,12 +854,11 @@ impl Run {
         self.call();
         if Handle::decode(handle)
             .filter(|h| comm::get(h.comm).is_some())
-            .is_some_and(|h| h.kind == Kind::Group)
+            .is_some_and(|h| matches!(h.kind, Kind::Group | Kind::KernelPhase))
         {
             self.tally.silent.fetch_add(1, Relaxed);
         }
-        let f = ncclProfiler_v4.0.stopEvent.expect("stopEvent");
-        let rc = unsafe { f(handle as *mut c_void) };
+        let rc = unsafe { (self.abi.stop())(handle as *mut c_void) };
         assert_eq!(rc, ncclSuccess, "stopEvent must return ncclSuccess");
     }
 
@@ -706,8 +869,7 @@ impl Run {
             Context::decode(context).and_then(|c| comm::get(c.comm)).is_none(),
             "only entries' own contexts are live"
         );
-        let f = ncclProfiler_v4.0.finalize.expect("finalize");
-        let rc = unsafe { f(context as *mut c_void) };
+        let rc = unsafe { (self.abi.finalize())(context as *mut c_void) };
         assert_eq!(rc, ncclSuccess, "finalize must return ncclSuccess");
     }
 
@@ -727,9 +889,8 @@ impl Run {
         let mut mask: c_int = -12345;
         let null_context = flags == 0xFF;
         let null_mask = flags & 0x3F == 0x3F;
-        let f = ncclProfiler_v4.0.init.expect("init");
         let rc = unsafe {
-            f(
+            self.abi.init(
                 if null_context {
                     std::ptr::null_mut()
                 } else {
@@ -754,7 +915,11 @@ impl Run {
         if context != 0 {
             assert!(Context::decode(context).and_then(|c| comm::get(c.comm)).is_some());
             if !null_mask {
-                assert_eq!(mask, Config::global().event_mask, "init stores the activation mask");
+                assert_eq!(
+                    mask & !IMPLIED,
+                    Config::global().event_mask,
+                    "init stores the activation mask (and what the ABI version adds)"
+                );
             }
             state.live = Some(context);
         }
@@ -775,8 +940,7 @@ impl Run {
         self.tally.drops.fetch_add(d.full + d.late + d.unpublished, Relaxed);
         self.call();
         self.tally.finalizes.fetch_add(1, Relaxed);
-        let f = ncclProfiler_v4.0.finalize.expect("finalize");
-        let rc = unsafe { f(context as *mut c_void) };
+        let rc = unsafe { (self.abi.finalize())(context as *mut c_void) };
         assert_eq!(rc, ncclSuccess, "finalize must return ncclSuccess");
         state.old.push(context);
         if state.old.len() > 8 {
@@ -801,18 +965,23 @@ impl Run {
 
     fn op_start(&self, input: &mut Input<'_>) {
         let ctx = ctx_sel(input, self.entries.len());
-        let ty = match input.u8() % 16 {
-            0 => GROUP,
-            1 | 2 | 15 => COLL,
-            3 => P2P,
-            4 | 5 => PROXY_OP,
-            6 | 7 => PROXY_STEP,
-            8 => PROXY_CTRL,
-            9 => KERNEL_CH,
-            10 => NET_PLUGIN,
+        let wide_types = self.abi >= Abi::V5;
+        let ty: u64 = match input.u8() % 16 {
+            0 => GROUP.into(),
+            1 | 2 => COLL.into(),
+            15 if !wide_types => COLL.into(),
+            3 => P2P.into(),
+            4 | 5 => PROXY_OP.into(),
+            6 | 7 => PROXY_STEP.into(),
+            8 => PROXY_CTRL.into(),
+            9 => KERNEL_CH.into(),
+            10 => NET_PLUGIN.into(),
             11 => 0,
             12 => 0x3,
-            _ => input.u8(),
+            13 if wide_types => COLL_API,
+            14 if wide_types => CE_COLL,
+            15 => KERNEL_PHASE,
+            _ => input.u8().into(),
         };
         let parent_sel = hd_sel(input);
         let flags = input.u8();
@@ -824,13 +993,21 @@ impl Run {
         entries.extend(parent_entry);
         let guards = self.lock(&entries);
         let context = self.resolve_ctx(&guards, ctx);
-        let mut d = garbage_descr(seed ^ self.seed.fetch_add(1, Relaxed));
-        d.type_ = ty;
+        let seed = seed ^ self.seed.fetch_add(1, Relaxed);
+        let mut d = garbage_descr(seed);
+        d.type_ = ty as u8;
         d.parentObj = parent as *mut c_void;
-        fill_fields(&mut d, ty, fields, wide);
+        fill_fields(&mut d, ty as u8, fields, wide);
+        let mut w = in_layout(&d, ty, !seed);
+        fill_wide_fields(&mut w, ty, fields, wide);
         let null_descr = flags == 0xFF;
         let null_handle = flags == 0xFE;
-        let h = self.raw_start(context, (!null_descr).then_some(&mut d), null_handle);
+        let (d, w) = if null_descr {
+            (None, None)
+        } else {
+            (Some(&mut d), Some(&mut w))
+        };
+        let h = self.raw_start_in(context, d, w, Some(ty), null_handle);
         if let Some(kind) = Handle::decode(h).map(|h| h.kind) {
             let entry = Self::entry_of(&guards, h).expect("a new handle belongs to a locked entry");
             self.remember(h, entry, kind);
@@ -971,16 +1148,52 @@ impl Run {
 fn garbage_descr(seed: u64) -> ncclProfilerEventDescr_v4_t {
     // SAFETY: all-zero is a valid descriptor (integers, raw pointers, unions of those).
     let mut d: ncclProfilerEventDescr_v4_t = unsafe { std::mem::zeroed() };
-    let size = std::mem::size_of_val(&d);
-    // SAFETY: every field is an integer, a raw pointer or a union of those: any byte pattern is a
-    // valid value; the slice covers exactly `d`.
-    let bytes = unsafe { std::slice::from_raw_parts_mut((&raw mut d).cast::<u8>(), size) };
+    fill_garbage(&mut d, seed);
+    d
+}
+
+/// Overwrites a descriptor with garbage.
+fn fill_garbage<T>(d: &mut T, seed: u64) {
+    let size = std::mem::size_of_val(d);
+    // SAFETY: only called on descriptors, whose every field is an integer, a raw pointer or a
+    // union of those: any byte pattern is a valid value; the slice covers exactly `d`.
+    let bytes = unsafe { std::slice::from_raw_parts_mut((d as *mut T).cast::<u8>(), size) };
     let mut g = Garbage(seed);
     for chunk in bytes.chunks_mut(8) {
         let v = g.next().to_le_bytes();
         chunk.copy_from_slice(&v[..chunk.len()]);
     }
-    d
+}
+
+/// Sets the fields NCCL fills for the v5+ types `ty` (CollApi, CeColl, KernelPhase) from input
+/// bytes, as [`fill_fields`] does for the others.
+fn fill_wide_fields(d: &mut ncclProfilerEventDescr_v7_t, ty: u64, f: [u8; 5], wide: u32) {
+    // SAFETY: writing union members of plain data.
+    unsafe {
+        let u = &mut d.__bindgen_anon_1;
+        match ty {
+            COLL_API => {
+                let a = &mut u.collApi;
+                (a.func, a.datatype) = (c_string(f[0]), c_string(f[3]));
+                if f[4] & 1 == 1 {
+                    a.count = wide as usize;
+                }
+            }
+            CE_COLL => {
+                let c = &mut u.ceColl;
+                (c.func, c.datatype, c.syncStrategy) = (c_string(f[0]), c_string(f[3]), c_string(f[2]));
+                if f[4] & 1 == 1 {
+                    c.count = wide as usize;
+                }
+            }
+            KERNEL_PHASE => {
+                let k = &mut u.kernelPhase;
+                (k.channelId, k.phaseId, k.phaseName) = (f[0], f[1] % 4, c_string(f[2]));
+                k.pTimer = u64::from(wide);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Sets the fields NCCL fills for `ty` from input bytes; pointer fields NCCL always sets get NULL

@@ -1,5 +1,5 @@
 //! libFuzzer target: bytes → an NCCL callback stream through the real exported `ncclProfiler_v4`
-//! table (decoder and checks in `../stream.rs`, shared with `tests/fuzz_callbacks.rs`).
+//! … `_v7` table the first byte picks (decoder and checks in `../stream.rs`, shared with `tests/fuzz_callbacks.rs`).
 //!
 //! One thread and no telemetry thread, so a run is reproducible: the input's `Poll` ops drive the
 //! consumer (close, seal, process, recycle windows) at chosen instants. Each input inits five
@@ -44,7 +44,7 @@ fn setup() {
 
 fuzz_target!(|data: &[u8]| {
     setup();
-    let run = stream::Run::new(5);
+    let run = stream::Run::new(5, stream::Abi::pick(data.first().copied().unwrap_or(0)));
     run.prelude();
     run.execute(data);
     run.finish();
