@@ -93,9 +93,6 @@ pub mod mask {
     pub fn ce_coll(m: i32) -> bool {
         m & CE != 0
     }
-    pub fn kernel_launch(m: i32) -> bool {
-        m & KERNEL_LAUNCH != 0
-    }
     pub fn group(m: i32) -> bool {
         m & (GROUP | COLL | P2P | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN) != 0
     }
