@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libFuzzer under AddressSanitizer over arbitrary NCCL callback streams (issue 5): the cargo-fuzz
 # crate in tests/fuzz, target `callbacks` (bytes -> init/start/state/stop/finalize/poll through the
-# exported ncclProfiler_v4 … _v7 table the input picks, with exact accounting; see tests/fuzz/stream.rs).
+# exported ncclProfiler_v1 … _v7 table the input picks, with exact accounting; see tests/fuzz/stream.rs).
 #
 # FUZZ_SECONDS (default 120) bounds the run. Prints the number of callbacks executed; exits non-zero
 # on a finding (crash, panic, failed invariant, ASan report, leak, timeout of one input > 10 s, RSS

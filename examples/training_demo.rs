@@ -81,7 +81,7 @@ fn main() -> ExitCode {
     let (nccl, abi) = match parse_args() {
         Ok(choice) => choice,
         Err(e) => {
-            eprintln!("{e}\nusage: training_demo [--nccl 2.23.4 … 2.31.2] [--abi v4 … v7]");
+            eprintln!("{e}\nusage: training_demo [--nccl 2.23.4 … 2.31.2] [--abi v1 … v7]");
             return ExitCode::FAILURE;
         }
     };
@@ -178,9 +178,9 @@ fn latest(
     out
 }
 
-/// Per (function, algorithm, protocol): ops and bytes, then (count, sum) of host times, GPU
-/// times and bus bandwidths.
-type Row = (u64, f64, [(u64, f64); 3]);
+/// Per (function, algorithm, protocol): ops, then (count, sum) of sizes (absent where NCCL does
+/// not tell the communicator's size), host times, GPU times and bus bandwidths.
+type Row = (u64, [(u64, f64); 4]);
 
 fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
     println!("Collectives and P2P sends (all ranks)");
@@ -199,24 +199,25 @@ fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
         (get("nccl.func"), get("nccl.algo"), get("nccl.proto"))
     };
     for family in ["coll", "p2p"] {
-        for (attrs, p) in latest(requests, &format!("nccl.{family}.bytes")) {
-            let row = rows.entry(key(&attrs)).or_default();
-            row.0 += p.count;
-            row.1 += p.value;
+        for (attrs, p) in latest(requests, &format!("nccl.{family}.transfers")) {
+            rows.entry(key(&attrs)).or_default().0 += p.count;
         }
-        for (i, what) in ["duration", "kernel.duration", "busbw"].into_iter().enumerate() {
+        for (i, what) in ["bytes", "duration", "kernel.duration", "busbw"]
+            .into_iter()
+            .enumerate()
+        {
             for (attrs, p) in latest(requests, &format!("nccl.{family}.{what}")) {
                 let row = rows.entry(key(&attrs)).or_default();
-                row.2[i].0 += p.count;
-                row.2[i].1 += p.value;
+                row.1[i].0 += p.count;
+                row.1[i].1 += p.value;
             }
         }
     }
     let mean = |(n, sum): (u64, f64)| if n > 0 { sum / n as f64 } else { f64::NAN };
-    for ((func, algo, proto), (ops, bytes, [host, gpu, bus])) in rows {
+    for ((func, algo, proto), (ops, [bytes, host, gpu, bus])) in rows {
         println!(
             "{func:<14} {algo:<7} {proto:<7} {ops:>7} {:>11} {:>11} {:>11} {:>12}",
-            human_bytes(bytes / ops.max(1) as f64),
+            human_bytes(mean(bytes)),
             human_secs(mean(host)),
             human_secs(mean(gpu)),
             format!("{}/s", human_bytes(mean(bus)))

@@ -1,7 +1,7 @@
 //! nccl-profiler-otel: an NCCL profiler plugin (`NCCL_PROFILER_PLUGIN=otel`) that turns NCCL's
 //! profiler events into OpenTelemetry metrics.
 //!
-//! NCCL calls the newest exported `ncclProfiler_vN` table it knows (v4 to v7; [`ffi`], reading
+//! NCCL calls the newest exported `ncclProfiler_vN` table it knows (v1 to v7; [`ffi`], reading
 //! descriptors through [`abi`]) from its user and proxy threads. Each callback copies a few scalars into a [`record`] in a
 //! pre-allocated slot of the communicator's current window ([`buffer`], [`comm`]); the telemetry
 //! thread ([`telemetry`]) closes windows, links and summarises their records ([`aggregate`]) and

@@ -4,7 +4,9 @@
 //! [`install`] makes a small [`Subscriber`] the global `tracing` default. Each event becomes one
 //! call `logfn(level, NCCL_PROFILE, "nccl-profiler-otel", line, "%s", text)` with text
 //! `NCCL_PROFILER_OTEL: <message> k=v…`, so `NCCL_DEBUG` and `NCCL_DEBUG_SUBSYS=PROFILE` filter
-//! it like NCCL's own output. Without a logger, WARN/ERROR go to stderr and the rest is dropped.
+//! it like NCCL's own output. Without a logger (NCCL 2.23–2.26 pass none, and none is left after
+//! the last `finalize`), WARN/ERROR go to stderr, INFO too when `NCCL_DEBUG` is INFO or TRACE,
+//! and the rest is dropped.
 //! Spans are ignored, and so are dependencies' events below WARN.
 //! Called on: the NCCL app thread (init/finalize) and the telemetry thread; never the hot path
 //! (NCCL's logger takes a mutex, and formatting allocates). A WARN also replaces the text of
@@ -105,7 +107,16 @@ impl Subscriber for Forwarder {
     fn exit(&self, _: &span::Id) {}
 }
 
-/// Sends `line` to NCCL's logger, or WARN/ERROR to stderr when there is none.
+/// Whether NCCL itself would print INFO lines (`NCCL_DEBUG=INFO` or `TRACE`), read once.
+fn info_wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| {
+        std::env::var("NCCL_DEBUG").is_ok_and(|v| v.eq_ignore_ascii_case("INFO") || v.eq_ignore_ascii_case("TRACE"))
+    })
+}
+
+/// Sends `line` to NCCL's logger, or to stderr when there is none: WARN/ERROR, and INFO when
+/// NCCL would print it.
 fn emit(line: Line) {
     let logger = LOGGER.read();
     match *logger {
@@ -123,7 +134,7 @@ fn emit(line: Line) {
                 line.text.as_ptr(),
             );
         },
-        None if line.level == NCCL_LOG_WARN => {
+        None if line.level == NCCL_LOG_WARN || (line.level == NCCL_LOG_INFO && info_wanted()) => {
             let mut stderr = std::io::stderr().lock();
             // Nowhere to report a failed write to stderr.
             let _ = stderr

@@ -438,7 +438,9 @@ fn collective_durations_match_the_emulator() {
     // and 3, its receives on 2 and 0; Send/Recv cross the nodes) and kernel channels; 2
     // node-local tasks with kernel channels only.
     let (host, gpu) = durations_hold(s, &w);
-    assert!(host >= 100 && gpu >= 120, "checked {host} host and {gpu} GPU times");
+    // v1–v3 (NCCL 2.23–2.26) give no GPU time.
+    let gpu_min = if s.plugin.driving().legacy() { 0 } else { 120 };
+    assert!(host >= 100 && gpu >= gpu_min, "checked {host} host and {gpu} GPU times");
 }
 
 /// Runs `w` until [`check_durations`] holds (again after a host stall, 5 attempts at most);
@@ -481,14 +483,18 @@ fn protocols_and_patterns_match_the_emulator() {
     // Per iteration and rank: 7 tasks with kernel channels; the ring's network ops touch ranks
     // 1, 2, 3 and 0, the tree's every rank.
     let (host, gpu) = durations_hold(s, &w);
-    assert!(host >= 40 && gpu >= 56, "checked {host} host and {gpu} GPU times");
+    let gpu_min = if s.plugin.driving().legacy() { 0 } else { 56 };
+    assert!(host >= 40 && gpu >= gpu_min, "checked {host} host and {gpu} GPU times");
     // nccl-tests' bus-bandwidth factors (common.cu), written out here, not taken from the plugin.
     for (func, factor) in [
         (PluginFunc::AllReduce, 2.0 * 3.0 / 4.0),
         (PluginFunc::AllGather, 3.0 / 4.0),
         (PluginFunc::Send, 1.0),
     ] {
-        assert!((bus_factor(func, 4) - factor).abs() < 1e-12, "{func:?}");
+        assert!(
+            (bus_factor(func, 4).expect("nranks known") - factor).abs() < 1e-12,
+            "{func:?}"
+        );
     }
 }
 
@@ -505,7 +511,11 @@ fn check_durations(s: &Setup, report: &Report) -> Result<(usize, usize), String>
         // P2P receives are declined by the plugin.
         for (gpu, d) in [(false, t.duration()), (true, t.gpu_duration())] {
             let Some(d) = d else { continue };
-            let key = (t.hash, t.rank, t.func.name(), t.peer, t.test_size(), gpu);
+            // v1–v3 do not tell the communicator's size: an AllGather's or ReduceScatter's
+            // nccl-tests size is unknown (0).
+            let size_unknown = s.plugin.driving().legacy() && matches!(t.func, Func::AllGather | Func::ReduceScatter);
+            let size = if size_unknown { 0 } else { t.test_size() };
+            let key = (t.hash, t.rank, t.func.name(), t.peer, size, gpu);
             want.entry(key).or_default().push(d.as_secs_f64());
             // The plugin's start lies somewhere inside the emulator's `startEvent` call.
             let s = slack.entry(key).or_default();

@@ -135,17 +135,26 @@ fn every_scenario_in_process() {
     let (_serial, capture) = setup();
     let plugin = Plugin::in_process();
     let panics = STATS.panics.get();
+    let unmatched = STATS.foreign_unmatched.get();
     let report = everything(2).run(&plugin);
     assert_eq!(STATS.panics.get(), panics, "no panic caught in any callback");
-    assert!(report.callbacks > 10_000, "{} callbacks", report.callbacks);
-    let windows = summaries(capture, &report);
+    assert!(report.callbacks > 5_000, "{} callbacks", report.callbacks);
+    // v1–v3 (NCCL 2.23–2.26): another process's PXN ops cannot be attributed (its contexts
+    // carry no hash) and are counted instead; no GPU times.
+    let legacy = plugin.driving().legacy();
+    let counted = |s: &&emulator::truth::StepTruth| !(legacy && s.pxn);
+    let windows = summaries_until(capture, &report, |w| {
+        let own = report.links.iter().flat_map(|l| &l.steps).filter(counted).count() as u64;
+        w.iter().flat_map(|w| &w.links).map(|l| l.transfers).sum::<u64>() >= own
+    });
 
     // Per communicator, every network transfer the emulator made was recorded, under the rank
     // that sent it (PXN ops too: they may land under another local rank of the same hash).
     let mut emulated: HashMap<(u64, i32, i32), u64> = HashMap::new();
     for l in &report.links {
-        *emulated.entry((l.hash, l.rank, l.peer)).or_default() += l.transfers();
+        *emulated.entry((l.hash, l.rank, l.peer)).or_default() += l.steps.iter().filter(counted).count() as u64;
     }
+    emulated.retain(|_, n| *n > 0);
     let mut recorded: HashMap<(u64, i32, i32), u64> = HashMap::new();
     for w in &windows {
         for l in &w.links {
@@ -180,8 +189,10 @@ fn every_scenario_in_process() {
     // And the bytes add up per link.
     let mut emulated_bytes: HashMap<(u64, i32, i32), u64> = HashMap::new();
     for l in &report.links {
-        *emulated_bytes.entry((l.hash, l.rank, l.peer)).or_default() += l.bytes();
+        let bytes: u64 = l.steps.iter().filter(counted).map(|s| s.bytes).sum();
+        *emulated_bytes.entry((l.hash, l.rank, l.peer)).or_default() += bytes;
     }
+    emulated_bytes.retain(|_, b| *b > 0);
     let mut recorded_bytes: HashMap<(u64, i32, i32), u64> = HashMap::new();
     for w in &windows {
         for l in &w.links {
@@ -191,27 +202,34 @@ fn every_scenario_in_process() {
     assert_eq!(recorded_bytes, emulated_bytes, "bytes per (comm, rank, peer)");
 
     // Node-local collectives have no ProxyOps: no host time, and a GPU time from the kernel
-    // channels' pTimers, which the emulator knows exactly.
+    // channels' pTimers, which the emulator knows exactly (v1–v3: no time at all).
     let node: Vec<_> = report.collectives.iter().filter(|c| c.comm == "node1").collect();
     assert_eq!(node.len(), 4 * 2 * 2);
     for t in node {
-        let (a, b) = t.gpu.expect("KernelCh ran");
-        let want = (b - a) as f64 / 1e9;
+        let want = t.gpu.map(|(a, b)| (b - a) as f64 / 1e9);
+        assert_eq!(want.is_none(), legacy, "KernelCh ran from v4 on");
         let found = windows
             .iter()
             .filter(|w| (w.comm.hash, w.comm.rank) == (t.hash, t.rank))
             .flat_map(|w| &w.colls)
             .filter(|g| g.key.func.as_str() == t.func.name())
             .flat_map(|g| &g.ops)
-            .any(|o| o.duration.is_none() && o.gpu.is_some_and(|d| (d - want).abs() < 1e-9));
-        assert!(found, "GPU duration {want} s of {t:?}");
+            .any(|o| o.duration.is_none() && o.gpu.map(|d| (d - want.unwrap_or(d)).abs() < 1e-9) == want.map(|_| true));
+        assert!(found, "GPU duration {want:?} s of {t:?}");
     }
 
     // Broadcast emits Coll events; a 1-rank communicator emits nothing.
-    // Collectives whose PXN send op another process (here: the same one) ran, counted there.
+    // Collectives whose PXN send op another process (here: the same one) ran, counted there
+    // (v1–v3: the ops are counted as unmatched instead).
     let pxn = report.collectives.iter().filter(|c| c.pxn).count() as u64;
     assert!(pxn > 0);
-    assert_eq!(windows.iter().map(|w| w.stats.pxn_collectives).sum::<u64>(), pxn);
+    let pxn_ops = report.links.iter().flat_map(|l| &l.steps).filter(|s| s.pxn).count();
+    if legacy {
+        assert_eq!(windows.iter().map(|w| w.stats.pxn_collectives).sum::<u64>(), 0);
+        assert!(STATS.foreign_unmatched.get() > unmatched && pxn_ops > 0);
+    } else {
+        assert_eq!(windows.iter().map(|w| w.stats.pxn_collectives).sum::<u64>(), pxn);
+    }
     assert!(report.collectives.iter().any(|c| c.func == emulator::Func::Broadcast));
     assert!(!report.collectives.iter().any(|c| c.comm == "solo"));
     assert!(windows.iter().all(|w| w.comm.name != "solo"));
@@ -245,7 +263,9 @@ fn api_level_collectives_are_counted_where_the_table_can_see_them() {
     let mut want: BTreeMap<(&str, bool), (usize, u64)> = BTreeMap::new();
     for c in report.collectives.iter().filter(|c| visible(c)) {
         let e = want.entry((c.func.name(), c.ce)).or_default();
-        (e.0, e.1) = (e.0 + 1, e.1 + c.bytes);
+        // v1–v3 do not tell the communicator's size: an AllGather's nccl-tests size is unknown.
+        let size_unknown = abi.legacy() && c.func == emulator::Func::AllGather;
+        (e.0, e.1) = (e.0 + 1, e.1 + if size_unknown { 0 } else { c.bytes });
     }
     let total: usize = want.values().map(|v| v.0).sum();
     let count = |w: &[WindowSummary]| w.iter().flat_map(|w| &w.colls).map(|g| g.ops.len()).sum::<usize>();
@@ -304,16 +324,11 @@ fn every_scenario_through_the_built_library() {
     let (_serial, _) = setup();
     let path = emulator::built_library().expect("cargo test builds the cdylib");
     let plugin = Plugin::load(&path).expect("dlopen");
-    let exported = [Version::V7, Version::V6, Version::V5, Version::V4];
     if std::env::var_os("EMU_PROFILER_ABI").is_none() {
-        let known = plugin.release().lookup_order();
         assert_eq!(
             plugin.found(),
-            known
-                .iter()
-                .filter(|v| exported.contains(v))
-                .copied()
-                .collect::<Vec<_>>()
+            plugin.release().lookup_order(),
+            "every table is exported"
         );
     }
     assert_eq!(
@@ -323,10 +338,16 @@ fn every_scenario_through_the_built_library() {
     );
     assert_eq!(plugin.name(), "otel");
     let report = everything(1).run(&plugin);
-    assert!(report.callbacks > 5_000 && report.steps > 500, "{report:?}");
+    assert!(
+        report.callbacks > 3_000 && report.steps > 500,
+        "{} callbacks, {} steps",
+        report.callbacks,
+        report.steps
+    );
+    // NCCL 2.23–2.26 pass no logger: the line goes to stderr under NCCL_DEBUG=INFO.
     let chose = format!("NCCL {} chose profiler ABI {}", plugin.release(), plugin.driving());
     assert!(
-        logger::lines().iter().any(|l| l.text.contains(&chose)),
+        plugin.driving().legacy() || logger::lines().iter().any(|l| l.text.contains(&chose)),
         "the init log line names the ABI version: {chose}"
     );
     // init → finalize → init on the same library, then dlclose.
@@ -344,30 +365,20 @@ fn versions_are_looked_up_like_nccl() {
     for v in Version::ALL {
         match Plugin::load_version(&path, v) {
             Ok(p) => {
-                assert!(Version::DRIVABLE.contains(&v), "{v} loaded");
+                assert!(
+                    !v.legacy() || v == emulator::release::current().newest_abi(),
+                    "{v} loaded"
+                );
                 assert_eq!((p.found(), p.driving()), (&[v][..], v));
                 p.close();
             }
-            Err(e @ LoadError::NoSymbol { .. }) => {
-                assert!(
-                    v < Version::V4 && e.to_string().contains(v.symbol().to_str().unwrap()),
-                    "{e}"
-                )
+            // v1–v3 through a newer release's adapter: never NCCL's choice for this plugin.
+            Err(e @ LoadError::Unsupported { .. }) => {
+                assert!(v.legacy() && e.to_string().contains("through its adapter"), "{e}")
             }
             Err(e) => panic!("{e}"),
         }
     }
-    let only_older = LoadError::Unsupported {
-        path: path.clone(),
-        found: vec![Version::V3, Version::V2],
-    };
-    let text = only_older.to_string();
-    assert!(
-        text.contains("ncclProfiler_v3, ncclProfiler_v2")
-            && text.contains("drives only ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6, ncclProfiler_v7")
-            && text.contains("NCCL would use v3"),
-        "{text}"
-    );
     // Each release looks up its own tables, newest first (spec 5, 7.6).
     assert_eq!(Release::parse("2.31.2"), Some(Release::V2_31_2));
     assert_eq!(Release::parse("2.31"), None);
@@ -396,5 +407,6 @@ fn the_training_preset_runs_with_progress() {
     assert_eq!(links.len(), 12, "the AlltoAll touches every pair");
     let slow = links.iter().find(|l| (l.src, l.dst) == (1, 2)).expect("1 → 2");
     assert!(slow.configured.bandwidth < 3e9);
-    assert!(summaries(capture, &report).iter().any(|w| w.comm.name == "pp"));
+    let pp = report.collectives.iter().find(|c| c.comm == "pp").expect("pp ran").hash;
+    assert!(summaries(capture, &report).iter().any(|w| w.comm.hash == pp));
 }

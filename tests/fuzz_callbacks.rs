@@ -1,5 +1,5 @@
 //! Property-test fuzzer: arbitrary callback streams through one of the real exported
-//! `ncclProfiler_v4` … `_v7` tables (each case picks one), from two or three threads at once, while the telemetry thread closes, processes and
+//! `ncclProfiler_v1` … `_v7` tables (each case picks one), from two or three threads at once, while the telemetry thread closes, processes and
 //! recycles windows every 10 ms.
 //!
 //! Each thread decodes its own random byte string into ops (`tests/fuzz/stream.rs`, shared with the

@@ -6,6 +6,10 @@
 //! reads the union and copies what it needs: no pointer into NCCL memory is kept.
 //! Called on: NCCL's user and proxy threads, inside a callback.
 
+pub mod legacy;
+pub mod v1;
+pub mod v2;
+pub mod v3;
 pub mod v4;
 pub mod v5;
 pub mod v6;
@@ -30,6 +34,9 @@ pub struct ProxyOp {
 
 /// What `startEvent` needs from one ABI version's descriptor.
 pub trait Descriptor {
+    /// ABI v1–v3 ([`legacy`]): bytes come from ProxyOp states, ProxySteps are declined, and a
+    /// communicator learns its hash and rank from its first Coll/P2p.
+    const LEGACY: bool = false;
     /// The `type` field, widened.
     fn event_type(&self) -> u64;
     /// `parentObj` as an integer (never dereferenced).
@@ -44,6 +51,11 @@ pub trait Descriptor {
     fn proxy_step(&self) -> Option<i32>;
     /// KernelCh (channel, GPU start time), when `type` is KernelCh.
     fn kernel_ch(&self) -> Option<(u8, u64)>;
+    /// The communicator's hash and our rank, on a Coll or P2p of v1–v3 (their `init` gets
+    /// neither).
+    fn identity(&self) -> Option<(u64, i32)> {
+        None
+    }
     /// The application's tag of a Coll or P2p (v7 `userTag`); 0 when untagged or not given.
     fn user_tag(&self) -> u64 {
         0
@@ -134,7 +146,33 @@ pub trait StateArgs {
     fn trans_size(&self) -> u64;
     /// `kernelCh.pTimer`.
     fn p_timer(&self) -> u64;
+    /// `proxyOp.steps` (v1–v3).
+    fn steps(&self) -> i32 {
+        0
+    }
 }
+
+/// The [`Descriptor::proxy_op`] of every version (the member has the same fields in all), inside
+/// its impl.
+macro_rules! proxy_op {
+    () => {
+        fn proxy_op(&self) -> Option<$crate::abi::ProxyOp> {
+            if self.event_type() != u64::from($crate::bindings::ncclProfileProxyOp) {
+                return None;
+            }
+            // SAFETY: `type` is ProxyOp, so NCCL filled the `proxyOp` member (plain integers).
+            let p = unsafe { &self.__bindgen_anon_1.proxyOp };
+            Some($crate::abi::ProxyOp {
+                pid: p.pid,
+                rank: self.rank,
+                peer: p.peer,
+                channel: p.channelId,
+                is_send: p.isSend != 0,
+            })
+        }
+    };
+}
+use proxy_op;
 
 /// Bytes of a NUL-terminated C string, at most 64 of them; empty for NULL.
 ///
@@ -225,20 +263,7 @@ macro_rules! api_family {
                 }
             }
 
-            fn proxy_op(&self) -> Option<$crate::abi::ProxyOp> {
-                if self.event_type() != u64::from($crate::bindings::ncclProfileProxyOp) {
-                    return None;
-                }
-                // SAFETY: `type` is ProxyOp, so NCCL filled the `proxyOp` member (plain integers).
-                let p = unsafe { &self.__bindgen_anon_1.proxyOp };
-                Some($crate::abi::ProxyOp {
-                    pid: p.pid,
-                    rank: self.rank,
-                    peer: p.peer,
-                    channel: p.channelId,
-                    is_send: p.isSend != 0,
-                })
-            }
+            $crate::abi::proxy_op!();
 
             fn proxy_step(&self) -> Option<i32> {
                 if self.event_type() != u64::from($crate::bindings::ncclProfileProxyStep) {

@@ -8,26 +8,32 @@ use crate::record::Func;
 
 /// nccl-tests' "size" of one operation, in bytes, from the Coll/P2p event's `count` × datatype
 /// size (`count_bytes`): AllGather and ReduceScatter report the per-rank part (AllGather's
-/// `sendcount`, ReduceScatter's `recvcount`), nccl-tests the whole buffer, so × `nranks`; every
-/// other function as reported.
-pub fn test_size(func: Func, count_bytes: u64, nranks: i32) -> u64 {
+/// `sendcount`, ReduceScatter's `recvcount`), nccl-tests the whole buffer, so × `nranks`
+/// (`None` when the communicator's size is unknown, `nranks` 0: ABI v1–v3); every other
+/// function as reported.
+pub fn test_size(func: Func, count_bytes: u64, nranks: i32) -> Option<u64> {
     match func {
-        Func::AllGather | Func::ReduceScatter => count_bytes.saturating_mul(u64::from(nranks.max(1).unsigned_abs())),
-        _ => count_bytes,
+        Func::AllGather | Func::ReduceScatter if nranks <= 0 => None,
+        Func::AllGather | Func::ReduceScatter => Some(count_bytes.saturating_mul(u64::from(nranks.unsigned_abs()))),
+        _ => Some(count_bytes),
     }
 }
 
 /// nccl-tests' bus-bandwidth factor (`busBw = algBw × factor`): `2(n−1)/n` for AllReduce,
-/// `(n−1)/n` for AllGather, ReduceScatter and AlltoAll, 1 otherwise (Broadcast, Reduce, Send,
-/// Recv).
-pub fn bus_factor(func: Func, nranks: i32) -> f64 {
+/// `(n−1)/n` for AllGather, ReduceScatter and AlltoAll (`None` for these when `nranks` is
+/// unknown, 0), 1 otherwise (Broadcast, Reduce, Send, Recv).
+pub fn bus_factor(func: Func, nranks: i32) -> Option<f64> {
     let n = f64::from(nranks.max(1));
     match func {
-        Func::AllReduce => 2.0 * (n - 1.0) / n,
-        Func::AllGather | Func::ReduceScatter | Func::AlltoAll => (n - 1.0) / n,
-        _ => 1.0,
+        Func::AllReduce | Func::AllGather | Func::ReduceScatter | Func::AlltoAll if nranks <= 0 => None,
+        Func::AllReduce => Some(2.0 * (n - 1.0) / n),
+        Func::AllGather | Func::ReduceScatter | Func::AlltoAll => Some((n - 1.0) / n),
+        _ => Some(1.0),
     }
 }
+
+/// The size class of an operation whose size is unknown ([`test_size`] `None`).
+pub const UNKNOWN_CLASS: u8 = 0;
 
 /// Smallest and largest size class: 1 KiB (everything up to it) and 4 GiB (everything above
 /// 2 GiB).
@@ -41,8 +47,11 @@ pub fn size_class(bytes: u64) -> u8 {
     (k as u8).clamp(MIN_CLASS, MAX_CLASS)
 }
 
-/// The attribute value of a size class: its upper bound, `1KiB` … `4GiB`.
+/// The attribute value of a size class: its upper bound, `1KiB` … `4GiB`, or `unknown`.
 pub fn size_class_name(class: u8) -> &'static str {
+    if class == UNKNOWN_CLASS {
+        return "unknown";
+    }
     const NAMES: [&str; 23] = [
         "1KiB", "2KiB", "4KiB", "8KiB", "16KiB", "32KiB", "64KiB", "128KiB", "256KiB", "512KiB", "1MiB", "2MiB",
         "4MiB", "8MiB", "16MiB", "32MiB", "64MiB", "128MiB", "256MiB", "512MiB", "1GiB", "2GiB", "4GiB",
@@ -57,21 +66,25 @@ mod tests {
 
     #[test]
     fn sizes_are_nccl_tests_sizes() {
-        assert_eq!(test_size(Func::AllReduce, 1 << 20, 8), 1 << 20);
-        assert_eq!(test_size(Func::AllGather, 1 << 20, 8), 8 << 20);
-        assert_eq!(test_size(Func::ReduceScatter, 1 << 20, 4), 4 << 20);
-        assert_eq!(test_size(Func::Broadcast, 1 << 20, 8), 1 << 20);
-        assert_eq!(test_size(Func::Send, 100, 8), 100);
+        assert_eq!(test_size(Func::AllReduce, 1 << 20, 8), Some(1 << 20));
+        assert_eq!(test_size(Func::AllGather, 1 << 20, 8), Some(8 << 20));
+        assert_eq!(test_size(Func::ReduceScatter, 1 << 20, 4), Some(4 << 20));
+        assert_eq!(test_size(Func::Broadcast, 1 << 20, 8), Some(1 << 20));
+        assert_eq!(test_size(Func::Send, 100, 8), Some(100));
+        assert_eq!(test_size(Func::AllGather, 1 << 20, 0), None, "nranks unknown (v1–v3)");
+        assert_eq!(test_size(Func::AllReduce, 1 << 20, 0), Some(1 << 20));
     }
 
     #[test]
     fn bus_factors_are_nccl_tests_factors() {
-        assert_eq!(bus_factor(Func::AllReduce, 4), 1.5);
-        assert_eq!(bus_factor(Func::AllGather, 4), 0.75);
-        assert_eq!(bus_factor(Func::ReduceScatter, 8), 0.875);
-        assert_eq!(bus_factor(Func::Broadcast, 8), 1.0);
-        assert_eq!(bus_factor(Func::Send, 2), 1.0);
-        assert_eq!(bus_factor(Func::AllReduce, 1), 0.0);
+        assert_eq!(bus_factor(Func::AllReduce, 4), Some(1.5));
+        assert_eq!(bus_factor(Func::AllGather, 4), Some(0.75));
+        assert_eq!(bus_factor(Func::ReduceScatter, 8), Some(0.875));
+        assert_eq!(bus_factor(Func::Broadcast, 8), Some(1.0));
+        assert_eq!(bus_factor(Func::Send, 2), Some(1.0));
+        assert_eq!(bus_factor(Func::AllReduce, 1), Some(0.0));
+        assert_eq!(bus_factor(Func::AllReduce, 0), None, "nranks unknown (v1–v3)");
+        assert_eq!(bus_factor(Func::Broadcast, 0), Some(1.0));
     }
 
     #[test]

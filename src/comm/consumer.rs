@@ -408,6 +408,14 @@ impl Comm {
     /// summarises them (linking through, and releasing from, the table of open operations at
     /// `now`) and recycles the window once every claimed slot is published.
     fn process(&self, c: &mut Consumer, i: usize, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
+        if c.meta.rank < 0 {
+            // ABI v1–v3: the identity its Coll/P2p told, once one did (Release in `identify`).
+            let rank = self.learned_rank.load(Ordering::Acquire);
+            if rank >= 0 {
+                c.meta.rank = rank;
+                c.meta.hash = self.learned_hash.load(Ordering::Relaxed);
+            }
+        }
         let (window, id) = (&self.windows[i], self.window_id(i));
         let forced = c.tracks[i].open > 0;
         let n = window.seal()?;

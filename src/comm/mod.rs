@@ -28,7 +28,7 @@ mod tests;
 
 pub use registry::{all, find_by_hash_tag, get, get_context, register};
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -98,6 +98,10 @@ pub struct Comm {
     state: AtomicU32,
     /// [`Context::tag`] of the communicator hash, for PXN matching and context checks.
     hash_tag: AtomicU64,
+    /// The communicator's hash and our rank: from `init`, or (ABI v1–v3, whose `init` gets
+    /// neither: rank −1) from its first Coll/P2p ([`Comm::identify`]).
+    learned_hash: AtomicU64,
+    learned_rank: AtomicI32,
     /// Index of the FILLING window new roots go to.
     current: AtomicU8,
     /// Index of an opened, empty window the current one switches to ([`NONE`]: none armed yet).
@@ -129,6 +133,8 @@ impl Comm {
             index,
             state: AtomicU32::new(0),
             hash_tag: AtomicU64::new(0),
+            learned_hash: AtomicU64::new(0),
+            learned_rank: AtomicI32::new(-1),
             current: AtomicU8::new(0),
             standby: AtomicU8::new(NONE),
             root_limit,
@@ -146,6 +152,8 @@ impl Comm {
     /// is not live and every window is READY.
     fn activate(&self, c: &mut Consumer, generation: u32, meta: CommMeta, config: &Config) {
         self.hash_tag.store(Context::tag(meta.hash), Ordering::Relaxed);
+        self.learned_hash.store(meta.hash, Ordering::Relaxed);
+        self.learned_rank.store(meta.rank, Ordering::Relaxed);
         c.reset(meta, config);
         self.drops.reset();
         self.lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
@@ -166,6 +174,16 @@ impl Comm {
     /// Generation of the slot's current (or last) communicator; changes with every `register`.
     pub fn generation(&self) -> u16 {
         (self.state.load(Ordering::Acquire) & GEN_MASK) as u16
+    }
+
+    /// Learns the communicator's hash and our rank from a Coll/P2p descriptor (ABI v1–v3); only
+    /// the first call of a communicator whose `init` did not tell them stores anything.
+    /// Called on: NCCL's user thread (hot path: one load once learned).
+    pub fn identify(&self, hash: u64, rank: i32) {
+        if self.learned_rank.load(Ordering::Relaxed) < 0 && rank >= 0 {
+            self.learned_hash.store(hash, Ordering::Relaxed);
+            self.learned_rank.store(rank, Ordering::Release);
+        }
     }
 
     /// Snapshot of the drop counters.

@@ -140,11 +140,22 @@ impl OpInstruments {
     /// Bound once per group: the attribute lookup is paid per call, not per measurement. Only
     /// instruments that get a value are bound (binding alone creates the series). `bus_factor`
     /// turns algorithm into bus bandwidth ([`crate::aggregate::bandwidth::bus_factor`]).
-    pub(super) fn record(&self, ops: &[OpSample], transfers: &[Transfer], bus_factor: f64, attrs: &[KeyValue]) {
+    /// Records a group's operations and transfers; without `sized` (its size is unknown) no
+    /// bytes or bandwidths, without `bus_factor` no bus bandwidth.
+    pub(super) fn record(
+        &self,
+        ops: &[OpSample],
+        transfers: &[Transfer],
+        sized: bool,
+        bus_factor: Option<f64>,
+        attrs: &[KeyValue],
+    ) {
         if !ops.is_empty() {
             let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
             for op in ops {
-                bytes.record(op.bytes as f64);
+                if sized {
+                    bytes.record(op.bytes as f64);
+                }
                 count.record(u64::from(op.transfers));
             }
         }
@@ -161,10 +172,12 @@ impl OpInstruments {
             for (op, secs) in ops.iter().filter_map(|o| Some((o, time_of(o)?))) {
                 duration.record(secs);
                 // A zero time (clock granularity) has no bandwidth.
-                if secs > 0.0 {
+                if sized && secs > 0.0 {
                     let alg = op.bytes as f64 / secs;
                     algbw.record(alg);
-                    busbw.record(alg * bus_factor);
+                    if let Some(factor) = bus_factor {
+                        busbw.record(alg * factor);
+                    }
                 }
             }
         }

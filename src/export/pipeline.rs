@@ -21,7 +21,7 @@ use super::resource::resource;
 use super::tags::UserTags;
 use super::{queue, sdk_temporality};
 use crate::aggregate::PHASES;
-use crate::aggregate::bandwidth::{bus_factor, size_class_name};
+use crate::aggregate::bandwidth::{UNKNOWN_CLASS, bus_factor, size_class_name};
 use crate::aggregate::queue::Queue;
 use crate::aggregate::regression::{Mode, Samples};
 use crate::aggregate::{CommMeta, WindowSummary};
@@ -201,8 +201,8 @@ impl Pipeline {
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             self.user_tag(&mut attrs, g.key.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
-            let factor = bus_factor(g.key.func, s.comm.nranks);
-            self.inst.coll.record(&g.ops, &g.transfers, factor, &attrs);
+            let (sized, factor) = (g.key.size_class != UNKNOWN_CLASS, bus_factor(g.key.func, s.comm.nranks));
+            self.inst.coll.record(&g.ops, &g.transfers, sized, factor, &attrs);
         }
         for g in &s.p2ps {
             let mut attrs = base.clone();
@@ -215,12 +215,16 @@ impl Pipeline {
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             self.user_tag(&mut attrs, g.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
-            self.inst
-                .p2p
-                .record(&g.ops, &g.transfers, bus_factor(Func::Send, s.comm.nranks), &attrs);
+            self.inst.p2p.record(
+                &g.ops,
+                &g.transfers,
+                true,
+                bus_factor(Func::Send, s.comm.nranks),
+                &attrs,
+            );
         }
         for l in &s.links {
-            let key = link_attrs(&s.comm, l.rank, l.peer);
+            let key = link_attrs(&s.comm, l.rank, Some(l.peer));
             let attrs = self.attrs_or_overflow(Family::Link, key.clone(), 1);
             self.inst.link_bytes.add(l.bytes, &attrs);
             let link = self.links.entry(key).or_default();
@@ -446,12 +450,7 @@ impl telemetry::Pipeline for Pipeline {
 
 /// `nccl.comm.hash`, `nccl.comm.name`, `nccl.rank`, `nccl.nranks`.
 fn comm_attrs(meta: &CommMeta) -> Vec<KeyValue> {
-    vec![
-        KeyValue::new("nccl.comm.hash", format!("{:#x}", meta.hash)),
-        KeyValue::new("nccl.comm.name", meta.name.clone()),
-        KeyValue::new("nccl.rank", i64::from(meta.rank)),
-        KeyValue::new("nccl.nranks", i64::from(meta.nranks)),
-    ]
+    link_attrs(meta, meta.rank, None)
 }
 
 /// The channel's attributes: its communicator's and `nccl.channel`.
@@ -461,15 +460,19 @@ fn channel_attrs(meta: &CommMeta, channel: u8) -> Vec<KeyValue> {
     attrs
 }
 
-/// The link's attributes: its communicator's, with `nccl.rank` the sending rank, and `nccl.peer`.
-fn link_attrs(meta: &CommMeta, rank: i32, peer: i32) -> Vec<KeyValue> {
-    vec![
+/// The communicator's attributes with `nccl.rank` = `rank` (a link's sending rank) and, for a
+/// link, `nccl.peer`; no `nccl.nranks` when the size is unknown (0: ABI v1–v3).
+fn link_attrs(meta: &CommMeta, rank: i32, peer: Option<i32>) -> Vec<KeyValue> {
+    let mut attrs = vec![
         KeyValue::new("nccl.comm.hash", format!("{:#x}", meta.hash)),
         KeyValue::new("nccl.comm.name", meta.name.clone()),
         KeyValue::new("nccl.rank", i64::from(rank)),
-        KeyValue::new("nccl.nranks", i64::from(meta.nranks)),
-        KeyValue::new("nccl.peer", i64::from(peer)),
-    ]
+    ];
+    if meta.nranks > 0 {
+        attrs.push(KeyValue::new("nccl.nranks", i64::from(meta.nranks)));
+    }
+    attrs.extend(peer.map(|p| KeyValue::new("nccl.peer", i64::from(p))));
+    attrs
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
-use crate::abi::{API_BROADCASTS, Descriptor, StateArgs};
+use crate::abi::{API_BROADCASTS, Descriptor, StateArgs, legacy};
 use crate::aggregate::PHASES;
 use crate::bindings::{
     ncclProfileColl, ncclProfileCollApi, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p,
@@ -80,7 +80,10 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp]) else {
             return declined();
         };
-        let (comm, step) = (live(owner, parent.comm)?, d.proxy_step()?);
+        let comm = live(owner, parent.comm)?;
+        let Some(step) = d.proxy_step() else {
+            return declined(); // v1–v3: no bytes in their states
+        };
         let body = Body::ProxyStep {
             parent: parent.encode(),
             step,
@@ -91,7 +94,10 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
             return declined();
         };
-        let (comm, (channel, gpu_start)) = (live(owner, parent.comm)?, d.kernel_ch()?);
+        let comm = live(owner, parent.comm)?;
+        let Some((channel, gpu_start)) = d.kernel_ch() else {
+            return declined(); // v3: no GPU time
+        };
         let body = Body::KernelCh {
             parent: parent.encode(),
             channel,
@@ -129,6 +135,9 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         return declined();
     }
     let (id, comm) = local(owner, context)?;
+    if let Some((hash, rank)) = d.identity() {
+        comm.identify(hash, rank);
+    }
     // Collectives seen only at the API (Broadcast) or only as copy-engine work: no children.
     if let Some(coll) = d.ce_coll().or_else(|| api_broadcast.then(|| d.coll_api()).flatten()) {
         return tagged(
@@ -185,19 +194,30 @@ fn tagged(comm: &Comm, handle: u64, tag: u64) -> Option<u64> {
 /// when its last op of either direction stops), as kind [`Kind::RecvOp`] so its steps are
 /// declined by their parent's kind alone. A PXN op (pid not ours) carries another process's
 /// context and parent: neither is decoded as ours; a send is attributed to our communicator with
-/// the same hash, under the originating rank; a receive is declined.
+/// the same hash, under the originating rank (v4+: v1–v3 contexts know no hash); a receive is
+/// declined.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
     let own = op.pid == OWN_PID.load(Ordering::Relaxed);
     let mut origin = 0;
     let (id, comm, parent) = if own {
-        let (id, comm) = local(owner, context)?;
-        (
-            id,
-            comm,
-            own_parent(d.parent(), &[Kind::Coll, Kind::P2p]).filter(|p| p.comm == id),
-        )
-    } else if op.is_send {
+        let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]);
+        // NCCL 2.23 gives a ProxyOp the context of the last op that shares its proxy arguments
+        // (spec 8.2.1): on v1–v3 its parent names its communicator.
+        match parent
+            .filter(|_| D::LEGACY)
+            .and_then(|p| Some((p.comm, comm::get(p.comm)?)))
+        {
+            Some((id, comm)) => {
+                owner.set(Some((id, comm)));
+                (id, comm, parent)
+            }
+            None => {
+                let (id, comm) = local(owner, context)?;
+                (id, comm, parent.filter(|p| p.comm == id))
+            }
+        }
+    } else if op.is_send && !D::LEGACY {
         // Only the hash bits of a foreign context are used, never its slot or generation.
         let Some((id, comm)) = Context::decode(context).and_then(|c| comm::find_by_hash_tag(c.hash_tag)) else {
             STATS.foreign_unmatched.incr();
@@ -208,6 +228,9 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         let foreign = d.parent();
         origin = (foreign ^ foreign >> 32) as u32 | 1;
         (id, comm, None)
+    } else if op.is_send {
+        STATS.foreign_unmatched.incr();
+        return None;
     } else {
         STATS.declined.incr();
         return None;
@@ -225,7 +248,15 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         origin,
     });
     let kind = if op.is_send { Kind::ProxyOp } else { Kind::RecvOp };
-    comm.start(id, kind, parent, UNTIMED, body)
+    let handle = comm.start(id, kind, parent, UNTIMED, body)?;
+    // v1–v3: only network ops get events, and all of them stop (spec 8.1); no InProgress says so.
+    if D::LEGACY
+        && !op.is_send
+        && let Some(h) = Handle::decode(handle)
+    {
+        comm.append(h, UNTIMED, Body::InProgress);
+    }
+    Some(handle)
 }
 
 /// Our live communicator behind a context (slot, generation and hash tag all match); counted as
@@ -288,14 +319,16 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
 }
 
 /// States we record: SendWait (bytes of a send step), KernelChStop and KernelPhaseStop (GPU stop
-/// times) and a receive op's InProgress (it will stop). Other states NCCL defines for the event's type are ignored;
-/// unknown ones are counted.
+/// times), a receive op's InProgress (it will stop) and, on ABI v1–v3 (`abi`), a send op's
+/// transfer edges with its byte total ([`legacy::mark`]). Other states NCCL defines for the
+/// event's type are ignored; unknown ones are counted.
 pub(super) fn record_event_state<A: StateArgs>(
     owner: &Owner,
     handle: *mut c_void,
     state: ncclProfilerEventState_t,
     args: Option<&A>,
     ts: u64,
+    abi: u8,
 ) {
     let Some((h, comm)) = event(owner, handle) else { return };
     let body = match (h.kind, state) {
@@ -309,6 +342,16 @@ pub(super) fn record_event_state<A: StateArgs>(
             args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() })
         }
         (Kind::RecvOp, s) if s == ncclProfilerProxyOpInProgress_v4 => Some(Body::InProgress),
+        (Kind::ProxyOp, 0..=7) if abi <= 3 => match args {
+            Some(a) => match legacy::mark(abi, state, a.steps()) {
+                Some(mark) => Some(Body::OpBytes {
+                    mark,
+                    total: a.trans_size(),
+                }),
+                None => return,
+            },
+            None => None,
+        },
         // ProxyStep send/receive states 8–12 and 20; ProxyOp legacy states 0–7 and InProgress (19).
         (Kind::ProxyStep, 8..=12 | 20) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7) => return,
         _ => {

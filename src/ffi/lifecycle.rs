@@ -14,16 +14,20 @@ use super::guard::guarded;
 use crate::abi::{self, v7};
 use crate::activation::{self, Plan};
 use crate::aggregate::CommMeta;
-use crate::bindings::{ncclDebugLogger_t, ncclProfileCeColl, ncclProfileColl, ncclResult_t};
+use crate::bindings::{
+    ncclDebugLogger_t, ncclProfileCeColl, ncclProfileColl, ncclProfileProxyOp, ncclProfileProxyStep, ncclResult_t,
+};
 use crate::comm::{self, Comm};
 use crate::config::Config;
 use crate::nccl_version::{self, NcclVersion};
 use crate::record::handle::Context;
 use crate::{clock, export, nccl_log, telemetry};
 
-/// The Coll and CeColl bits of the activation mask.
+/// The Coll, CeColl, ProxyOp and ProxyStep bits of the activation mask.
 const COLL: i32 = ncclProfileColl as i32;
 const CE_COLL: i32 = ncclProfileCeColl as i32;
+const PROXY_OP: i32 = ncclProfileProxyOp as i32;
+const PROXY_STEP: i32 = ncclProfileProxyStep as i32;
 
 /// Version-neutral `init` (`abi`: the profiler ABI version of the table NCCL chose): returns the
 /// context value, having stored the activation mask due now into `mask` (NCCL's process-wide
@@ -40,7 +44,8 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
     for warning in Config::take_warnings() {
         tracing::warn!("{warning}");
     }
-    if meta.rank == 0 {
+    // Rank −1: v1–v3, whose `init` does not tell.
+    if meta.rank <= 0 {
         tracing::info!("{}", config.describe());
     }
     if !config.enable {
@@ -68,7 +73,9 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
 /// no other event); on v7, whether the fields only NCCL 2.31's layout has are read
 /// (`NCCL_PROFILER_OTEL_V7_EXTENSIONS`) and, when they are, KernelPhase with KernelCh (the GPU
 /// pays for phases with KernelCh on 2.31, spec 7.3.1); and whether Broadcast is counted from its
-/// API event (NCCL's AllGatherV path, 2.29+, spec 3.12).
+/// API event (NCCL's AllGatherV path, 2.29+, spec 3.12). On v1–v3 the bytes are in ProxyOp
+/// states and no GPU time exists (spec 8.7): ProxyOp replaces ProxyStep, KernelCh is not
+/// requested.
 fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
     let nccl = nccl_version::detect(logfn);
     let known_layout = nccl.is_some_and(|v| v.major == 2 && v.minor == 31);
@@ -78,7 +85,13 @@ fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
     let allgatherv = nccl.map_or(abi >= 6, |v| v >= NcclVersion::new(2, 29, 0))
         && std::env::var("NCCL_ALLGATHERV_ENABLE").map_or(true, |v| v.trim() != "0");
     abi::API_BROADCASTS.store(abi >= 5 && allgatherv, Ordering::Relaxed);
-    let mask = config.event_mask;
+    let mut mask = config.event_mask;
+    if abi <= 3 {
+        if mask & PROXY_STEP != 0 {
+            mask |= PROXY_OP;
+        }
+        mask &= !(PROXY_STEP | activation::KERNEL_CH | activation::KERNEL_PHASE);
+    }
     let mut implied = 0;
     if extensions && mask & activation::KERNEL_CH != 0 {
         implied |= activation::KERNEL_PHASE;

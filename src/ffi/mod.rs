@@ -1,4 +1,4 @@
-//! The C boundary: the exported `ncclProfiler_v4` to `_v7` tables and their `extern "C"` callbacks
+//! The C boundary: the exported `ncclProfiler_v1` to `_v7` tables and their `extern "C"` callbacks
 //! ([`tables`]), the guard they all run in ([`guard`]), and the generic bodies of the hot-path
 //! callbacks ([`events`]) and of `init`/`finalize` ([`lifecycle`]).
 //!
@@ -15,4 +15,7 @@ mod guard;
 mod lifecycle;
 pub mod tables;
 
-pub use tables::{ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6, ncclProfiler_v7};
+pub use tables::{
+    ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
+    ncclProfiler_v7,
+};

@@ -1,4 +1,4 @@
-//! The exported tables NCCL looks up (`ncclProfiler_v4` to `ncclProfiler_v7`; NCCL takes the
+//! The exported tables NCCL looks up (`ncclProfiler_v1` to `ncclProfiler_v7`; NCCL takes the
 //! newest it knows, spec 1.3 and 7.4) and their `extern "C"` shims, one generic shim per callback:
 //! they read the C arguments and call the generic bodies in [`super::events`] and
 //! [`super::lifecycle`]. Called on: NCCL's init, user and proxy threads.
@@ -12,8 +12,9 @@ use super::lifecycle::{finalize, init};
 use crate::abi::{Descriptor, StateArgs};
 use crate::aggregate::CommMeta;
 use crate::bindings::{
-    ncclDebugLogger_t, ncclProfiler_v4_t, ncclProfiler_v5_t, ncclProfiler_v6_t, ncclProfiler_v7_t,
-    ncclProfilerEventState_t, ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclDebugLogger_t, ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
+    ncclProfiler_v6_t, ncclProfiler_v7_t, ncclProfilerEventState_t, ncclProfilerProxyOpSendDone,
+    ncclProfilerProxyOpSendTransmitted, ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
 use crate::stats::STATS;
@@ -37,38 +38,58 @@ pub struct Padded<T> {
     pub reserved: [*const c_void; 2],
 }
 
-/// The six entries every version shares, for a version's table type and its `init`.
+/// The six entries every version shares, for a version's table type, its `init` and its
+/// number.
 macro_rules! table {
-    ($t:ident, $init:expr) => {
+    ($t:ident, $init:expr, $abi:literal) => {
         $t {
             name: c"otel".as_ptr(),
             init: Some($init),
             startEvent: Some(start_event_shim),
             stopEvent: Some(stop_event),
-            recordEventState: Some(record_event_state_shim),
+            recordEventState: Some(record_event_state_shim::<_, $abi>),
             finalize: Some(finalize),
         }
     };
 }
 
+/// Profiler API v1: used by NCCL 2.23.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v1: Table<ncclProfiler_v1_t> = Table(table!(ncclProfiler_v1_t, init_v1::<1>, 1));
+
+/// Profiler API v2: used by NCCL 2.24 and 2.25.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v2: Table<ncclProfiler_v2_t> = Table(table!(ncclProfiler_v2_t, init_v1::<2>, 2));
+
+/// Profiler API v3: used by NCCL 2.26.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v3: Table<ncclProfiler_v3_t> = Table(table!(ncclProfiler_v3_t, init_v1::<3>, 3));
+
 /// Profiler API v4: used by NCCL 2.27.
 #[unsafe(no_mangle)]
-pub static ncclProfiler_v4: Table<ncclProfiler_v4_t> = Table(table!(ncclProfiler_v4_t, init_v4));
+pub static ncclProfiler_v4: Table<ncclProfiler_v4_t> = Table(table!(ncclProfiler_v4_t, init_v4, 4));
 
 /// Profiler API v5: used by NCCL 2.28.
 #[unsafe(no_mangle)]
-pub static ncclProfiler_v5: Table<ncclProfiler_v5_t> = Table(table!(ncclProfiler_v5_t, init_v5::<5>));
+pub static ncclProfiler_v5: Table<ncclProfiler_v5_t> = Table(table!(ncclProfiler_v5_t, init_v5::<5>, 5));
 
 /// Profiler API v6: used by NCCL 2.29 and 2.30.
 #[unsafe(no_mangle)]
-pub static ncclProfiler_v6: Table<ncclProfiler_v6_t> = Table(table!(ncclProfiler_v6_t, init_v5::<6>));
+pub static ncclProfiler_v6: Table<ncclProfiler_v6_t> = Table(table!(ncclProfiler_v6_t, init_v5::<6>, 6));
 
 /// Profiler API v7 as released in NCCL 2.31.2: used by NCCL 2.31 and later.
 #[unsafe(no_mangle)]
 pub static ncclProfiler_v7: Table<Padded<ncclProfiler_v7_t>> = Table(Padded {
-    table: table!(ncclProfiler_v7_t, init_v5::<7>),
+    table: table!(ncclProfiler_v7_t, init_v5::<7>, 7),
     reserved: [std::ptr::null(); 2],
 });
+
+/// `init` of v1 to v3 (`ABI`): no communicator identity (its hash and our rank come with its
+/// first Coll/P2p, its size never) and no logger.
+unsafe extern "C" fn init_v1<const ABI: u8>(context: *mut *mut c_void, activation_mask: *mut c_int) -> ncclResult_t {
+    // SAFETY: NCCL's arguments, passed on; the rest stands for "unknown".
+    unsafe { init_shim(ABI, context, 0, activation_mask, std::ptr::null(), 0, 0, -1, None) }
+}
 
 /// `init` of v4: the communicator's hash comes after its name.
 unsafe extern "C" fn init_v4(
@@ -173,21 +194,20 @@ unsafe extern "C" fn start_event_shim<D: Descriptor>(
     guarded(|owner| unsafe { start_event(owner, context as u64, handle, descr.cast_const()) })
 }
 
-/// `recordEventState` of every version, over its state-argument type `A`.
-unsafe extern "C" fn record_event_state_shim<A: StateArgs>(
+/// `recordEventState` of every version, over its state-argument type `A` and its number.
+unsafe extern "C" fn record_event_state_shim<A: StateArgs, const ABI: u8>(
     handle: *mut c_void,
     state: ncclProfilerEventState_t,
     args: *mut A,
 ) -> ncclResult_t {
-    // Only SendWait's time is used (a transfer starts there); read it first.
-    let ts = if state == ncclProfilerProxyStepSendWait {
-        clock::now()
-    } else {
-        UNTIMED
-    };
+    // Only the times of transfer edges are used (SendWait; v1–v3: SendTransmitted, SendDone);
+    // read the clock first.
+    let edge = state == ncclProfilerProxyStepSendWait
+        || (ABI <= 3 && (state == ncclProfilerProxyOpSendTransmitted || state == ncclProfilerProxyOpSendDone));
+    let ts = if edge { clock::now() } else { UNTIMED };
     guarded(|owner| {
         // SAFETY: NCCL passes NULL or valid state args of its table's version for this call.
         let args = unsafe { args.as_ref() };
-        record_event_state(owner, handle, state, args, ts)
+        record_event_state(owner, handle, state, args, ts, ABI)
     })
 }

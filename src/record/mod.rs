@@ -56,11 +56,26 @@ pub struct ProxyOpStart {
     pub channel: u8,
     /// `isSend`: a network send. Receive ops (`isSend` 0) include CollNet and copy-engine proxy
     /// ops that NCCL never progresses nor stops (spec 3.6): only [`Body::InProgress`] tells a
-    /// network receive that will stop.
+    /// network receive that will stop (on v1–v3, where only network ops get events and no
+    /// InProgress exists, the hot path records one at the start).
     pub send: bool,
     /// For a PXN op, a non-zero digest of the originator's parent handle (never decoded: it only
     /// tells that process's collectives apart); 0 for our own ops.
     pub origin: u32,
+}
+
+/// Which edge of a network transfer a legacy ProxyOp state marks (ABI v1–v3, spec 8.2.2, 8.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// The op's first SendPosted (v2, v3): its running total before any of its transfers.
+    Base,
+    /// SendTransmitted of v2 and v3: the network took a transfer; the total includes it.
+    Sent,
+    /// SendTransmitted of v1: the network took a transfer; the total is the one before it.
+    SentBefore,
+    /// SendDone: the network finished the op's oldest unfinished transfer; the total includes
+    /// every transfer taken so far.
+    Done,
 }
 
 /// What one record says about its event.
@@ -92,6 +107,14 @@ pub enum Body {
     SendWait {
         /// Bytes handed to the network (`transSize`).
         bytes: u64,
+    },
+    /// A legacy send ProxyOp's state (v1–v3): a transfer edge with the op's running byte total
+    /// (`transSize`, never reset by NCCL: only differences within one op mean anything).
+    OpBytes {
+        /// Which edge.
+        mark: Mark,
+        /// `proxyOp.transSize`.
+        total: u64,
     },
     /// `ProxyOpInProgress` of a receive op: NCCL progresses it, so it will stop.
     InProgress,
@@ -139,7 +162,8 @@ pub struct Record {
     /// Handle of the event this record is about.
     pub id: u64,
     /// CPU time of the callback, in [`crate::clock`] ticks; 0 where nothing uses it (only
-    /// Coll/P2p starts, SendWait, and ProxyOp (both directions)/ProxyStep stops are timed).
+    /// Coll/P2p starts, SendWait, OpBytes but Base, and ProxyOp (both directions)/ProxyStep
+    /// stops are timed).
     pub ts: u64,
     /// Payload.
     pub body: Body,

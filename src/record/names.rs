@@ -110,6 +110,68 @@ impl Datatype {
     }
 }
 
+/// The numeric codes ABI v1 (NCCL 2.23) passes instead of strings: `ncclFunc_t`,
+/// `ncclDataType_t` and NCCL's algorithm and protocol indices; anything else is `Unknown`.
+pub mod codes {
+    use super::{Algo, Datatype, Func, Proto};
+
+    /// `ncclFunc_t` 0–7 (SendRecv never reaches a profiler).
+    const FUNCS: [Func; 8] = [
+        Func::Broadcast,
+        Func::Reduce,
+        Func::AllGather,
+        Func::ReduceScatter,
+        Func::AllReduce,
+        Func::SendRecv,
+        Func::Send,
+        Func::Recv,
+    ];
+    /// `ncclDataType_t` 0–11 (`ncclUint8`, 1, has no name of its own: `Unknown`, 1 byte).
+    const DATATYPES: [Datatype; 12] = [
+        Datatype::Int8,
+        Datatype::Unknown,
+        Datatype::Int32,
+        Datatype::Uint32,
+        Datatype::Int64,
+        Datatype::Uint64,
+        Datatype::Float16,
+        Datatype::Float32,
+        Datatype::Float64,
+        Datatype::Bfloat16,
+        Datatype::Float8e4m3,
+        Datatype::Float8e5m2,
+    ];
+    /// `NCCL_ALGO_*` 0–6.
+    const ALGOS: [Algo; 7] = [
+        Algo::Tree,
+        Algo::Ring,
+        Algo::CollnetDirect,
+        Algo::CollnetChain,
+        Algo::Nvls,
+        Algo::NvlsTree,
+        Algo::Pat,
+    ];
+    /// `NCCL_PROTO_*` 0–2.
+    const PROTOS: [Proto; 3] = [Proto::Ll, Proto::Ll128, Proto::Simple];
+
+    /// Function of a `ncclFunc_t` code.
+    pub fn func(code: u8) -> Func {
+        FUNCS.get(usize::from(code)).copied().unwrap_or(Func::Unknown)
+    }
+    /// Element type of a `ncclDataType_t` code.
+    pub fn datatype(code: u8) -> Datatype {
+        DATATYPES.get(usize::from(code)).copied().unwrap_or(Datatype::Unknown)
+    }
+    /// Algorithm of an `NCCL_ALGO_*` index.
+    pub fn algo(code: u8) -> Algo {
+        ALGOS.get(usize::from(code)).copied().unwrap_or(Algo::Unknown)
+    }
+    /// Protocol of an `NCCL_PROTO_*` index.
+    pub fn proto(code: u8) -> Proto {
+        PROTOS.get(usize::from(code)).copied().unwrap_or(Proto::Unknown)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +186,17 @@ mod tests {
         assert_eq!(Datatype::from_bytes(b""), Datatype::Unknown);
         assert_eq!(Algo::Ring.as_str(), "RING");
         assert_eq!(Datatype::Unknown.as_str(), "Unknown");
+    }
+
+    #[test]
+    fn classifies_v1_codes() {
+        assert_eq!(codes::func(4), Func::AllReduce);
+        assert_eq!(codes::func(6), Func::Send);
+        assert_eq!(codes::func(8), Func::Unknown);
+        assert_eq!(codes::datatype(9), Datatype::Bfloat16);
+        assert_eq!(codes::datatype(1).size(), 1);
+        assert_eq!(codes::algo(6), Algo::Pat);
+        assert_eq!(codes::proto(2), Proto::Simple);
+        assert_eq!(codes::proto(3), Proto::Unknown);
     }
 }

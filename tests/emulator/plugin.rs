@@ -93,19 +93,39 @@ pub mod mask {
     pub fn ce_coll(m: i32) -> bool {
         m & CE != 0
     }
+    /// Before 2.26 the Group bit alone starts nothing and P2p events follow the Coll bit (spec
+    /// 8.2.5); 2.26 and 2.27 start P2p without NetPlugin (8.4.3).
+    fn early() -> bool {
+        super::release::current() < super::Release::V2_26_6
+    }
     pub fn group(m: i32) -> bool {
+        if early() {
+            return m & (COLL | P2P | PROXY_OP | PROXY_STEP) != 0;
+        }
         m & (GROUP | COLL | P2P | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN) != 0
     }
     pub fn coll(m: i32) -> bool {
+        if early() {
+            return m & (COLL | PROXY_OP | PROXY_STEP) != 0;
+        }
         m & (COLL | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN) != 0
     }
     pub fn p2p(m: i32) -> bool {
+        if early() {
+            return coll(m);
+        }
         m & (P2P | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN) != 0
     }
     pub fn proxy_op(m: i32) -> bool {
+        if early() {
+            return m & (PROXY_OP | PROXY_STEP) != 0;
+        }
         m & (PROXY_OP | PROXY_STEP | NET_PLUGIN) != 0
     }
     pub fn proxy_step(m: i32) -> bool {
+        if early() {
+            return m & PROXY_STEP != 0;
+        }
         m & (PROXY_STEP | NET_PLUGIN) != 0
     }
     pub fn kernel_ch(m: i32) -> bool {
@@ -143,8 +163,10 @@ impl Version {
         Version::V7,
     ];
 
-    /// The versions the emulator can drive.
-    pub const DRIVABLE: [Version; 4] = [Version::V4, Version::V5, Version::V6, Version::V7];
+    /// v1–v3: no identity at `init`, bytes in ProxyOp states (spec 8).
+    pub fn legacy(self) -> bool {
+        self <= Version::V3
+    }
 
     pub fn symbol(self) -> &'static CStr {
         match self {
@@ -178,7 +200,9 @@ pub enum LoadError {
     Open(String),
     /// None of the symbols looked up exists (NCCL would mark the plugin failed).
     NoSymbol { path: PathBuf, looked_up: Vec<Version> },
-    /// Only versions the emulator cannot drive yet were found.
+    /// The newest version found is v1–v3 and the emulated release is not the one that uses it
+    /// natively: it would go through that release's adapter, which the emulator drives only from
+    /// v4.
     Unsupported { path: PathBuf, found: Vec<Version> },
 }
 
@@ -197,10 +221,10 @@ impl fmt::Display for LoadError {
             }
             LoadError::Unsupported { path, found } => write!(
                 f,
-                "{} exports only {} and the emulator drives only {}; NCCL would use {}",
+                "{} exports only {}; NCCL {} would use {} through its adapter, which the emulator drives only from v4",
                 path.display(),
                 list(found),
-                list(&Version::DRIVABLE),
+                release::current(),
                 found.first().map_or("nothing".into(), |v| v.to_string())
             ),
         }
@@ -240,6 +264,8 @@ pub struct Plugin {
     release: Release,
     /// NCCL's process-wide activation mask: every `init` gets its address (spec 3.2).
     mask: Box<AtomicI32>,
+    /// Communicator hash by context value: v1–v3 put it in Coll/P2p descriptors.
+    hashes: Mutex<BTreeMap<usize, u64>>,
     // Keeps a dlopen'ed library mapped while the table is used (`table` points into it).
     lib: Option<libloading::Library>,
 }
@@ -249,6 +275,9 @@ pub struct Plugin {
 macro_rules! each_table {
     ($table:expr, $t:ident => $body:expr) => {
         match $table {
+            Table::V1($t) => $body,
+            Table::V2($t) => $body,
+            Table::V3($t) => $body,
             Table::V4($t) => $body,
             Table::V5($t) => $body,
             Table::V6($t) => $body,
@@ -260,6 +289,9 @@ macro_rules! each_table {
 /// The table being driven, typed by its version.
 #[derive(Clone, Copy)]
 enum Table {
+    V1(&'static ncclProfiler_v1_t),
+    V2(&'static ncclProfiler_v2_t),
+    V3(&'static ncclProfiler_v3_t),
     V4(&'static ncclProfiler_v4_t),
     V5(&'static ncclProfiler_v5_t),
     V6(&'static ncclProfiler_v6_t),
@@ -274,17 +306,22 @@ impl Table {
         // SAFETY: per this function's contract.
         unsafe {
             Some(match version {
+                Version::V1 => Table::V1(&*p.cast()),
+                Version::V2 => Table::V2(&*p.cast()),
+                Version::V3 => Table::V3(&*p.cast()),
                 Version::V4 => Table::V4(&*p.cast()),
                 Version::V5 => Table::V5(&*p.cast()),
                 Version::V6 => Table::V6(&*p.cast()),
                 Version::V7 => Table::V7(&*p.cast()),
-                _ => return None,
             })
         }
     }
 
     fn version(self) -> Version {
         match self {
+            Table::V1(_) => Version::V1,
+            Table::V2(_) => Version::V2,
+            Table::V3(_) => Version::V3,
             Table::V4(_) => Version::V4,
             Table::V5(_) => Version::V5,
             Table::V6(_) => Version::V6,
@@ -297,6 +334,113 @@ impl Table {
     }
 }
 
+/// A v1, v2 or v3 descriptor (the largest is v2's, 128 bytes).
+#[repr(C)]
+union LegacyDescr {
+    v1: ncclProfilerEventDescr_v1_t,
+    v2: ncclProfilerEventDescr_v2_t,
+    v3: ncclProfilerEventDescr_v3_t,
+}
+
+/// A name string as v2/v3 carry it.
+fn same(s: *const c_char) -> *const c_char {
+    s
+}
+
+/// A name string as v1's numeric code (`ncclFunc_t`, `ncclDataType_t`, `NCCL_ALGO_*`,
+/// `NCCL_PROTO_*`, by their NCCL 2.23 values); 0 for a NULL or unknown string.
+fn code(s: *const c_char) -> u8 {
+    const TABLES: [&[&str]; 4] = [
+        &[
+            "Broadcast",
+            "Reduce",
+            "AllGather",
+            "ReduceScatter",
+            "AllReduce",
+            "SendRecv",
+            "Send",
+            "Recv",
+        ],
+        &[
+            "ncclInt8",
+            "ncclUint8",
+            "ncclInt32",
+            "ncclUint32",
+            "ncclInt64",
+            "ncclUint64",
+            "ncclFloat16",
+            "ncclFloat32",
+            "ncclFloat64",
+            "ncclBfloat16",
+            "ncclFloat8e4m3",
+            "ncclFloat8e5m2",
+        ],
+        &[
+            "TREE",
+            "RING",
+            "COLLNET_DIRECT",
+            "COLLNET_CHAIN",
+            "NVLS",
+            "NVLS_TREE",
+            "PAT",
+        ],
+        &["LL", "LL128", "SIMPLE"],
+    ];
+    if s.is_null() {
+        return 0;
+    }
+    // SAFETY: the emulator's names are interned NUL-terminated strings.
+    let name = unsafe { CStr::from_ptr(s) }.to_str().unwrap_or("");
+    TABLES
+        .iter()
+        .find_map(|t| t.iter().position(|&n| n == name))
+        .map_or(0, |i| i as u8)
+}
+
+/// Fills the common part of a v1–v3 descriptor `$out` from the emulator's `$d`: the header,
+/// Coll and P2p (names through `$name`), ProxyOp and ProxyStep.
+macro_rules! fill_legacy {
+    ($out:expr, $d:expr, $hash:expr, $name:ident) => {{
+        let (out, d) = ($out, $d);
+        out.type_ = d.type_ as u8;
+        out.parentObj = d.parentObj;
+        out.rank = d.rank;
+        let (from, to) = (&d.__bindgen_anon_1, &mut out.__bindgen_anon_1);
+        match d.type_ {
+            ty::COLL => {
+                let (f, t) = (&from.coll, &mut to.coll);
+                t.commHash = $hash;
+                t.seqNumber = f.seqNumber;
+                t.func = $name(f.func);
+                t.sendBuff = f.sendBuff;
+                t.recvBuff = f.recvBuff;
+                t.count = f.count;
+                t.root = f.root;
+                t.datatype = $name(f.datatype);
+                t.nMaxChannels = f.nChannels;
+                t.nWarps = f.nWarps;
+                t.algo = $name(f.algo);
+                t.proto = $name(f.proto);
+            }
+            ty::P2P => {
+                let (f, t) = (&from.p2p, &mut to.p2p);
+                t.commHash = $hash;
+                t.func = $name(f.func);
+                t.buff = f.buff;
+                t.datatype = $name(f.datatype);
+                t.count = f.count;
+                t.peer = f.peer;
+            }
+            ty::PROXY_OP => {
+                let (f, t) = (&from.proxyOp, &mut to.proxyOp);
+                (t.pid, t.channelId, t.peer) = (f.pid, f.channelId, f.peer);
+                (t.nSteps, t.chunkSize, t.isSend) = (f.nSteps, f.chunkSize, f.isSend);
+            }
+            ty::PROXY_STEP => to.proxyStep.step = from.proxyStep.step,
+            _ => {}
+        }
+    }};
+}
 // SAFETY: the table is immutable (function pointers and a static name string) and the mask is an
 // atomic; NCCL calls the table from any thread, and so do we.
 unsafe impl Sync for Plugin {}
@@ -389,6 +533,7 @@ impl Plugin {
             found,
             release,
             mask: Box::new(AtomicI32::new(0)),
+            hashes: Mutex::new(BTreeMap::new()),
             lib,
         }
     }
@@ -399,27 +544,30 @@ impl Plugin {
     pub fn in_process() -> Plugin {
         use nccl_profiler_otel::ffi;
         let release = release::current();
-        let linked = [Version::V7, Version::V6, Version::V5, Version::V4];
-        let found: Vec<Version> = release
-            .lookup_order()
-            .into_iter()
-            .filter(|v| linked.contains(v))
-            .collect();
-        let version = forced_version().or(found.first().copied()).unwrap_or_else(|| {
-            panic!(
-                "NCCL {release} looks up {:?}; the emulator drives only {:?}",
-                release.lookup_order(),
-                Version::DRIVABLE
-            )
-        });
+        let found = release.lookup_order();
+        let version = forced_version()
+            .or(found.first().copied())
+            .expect("every release looks up v1 at least");
         let table = match version {
+            Version::V1 => Table::V1(&ffi::ncclProfiler_v1.0),
+            Version::V2 => Table::V2(&ffi::ncclProfiler_v2.0),
+            Version::V3 => Table::V3(&ffi::ncclProfiler_v3.0),
             Version::V4 => Table::V4(&ffi::ncclProfiler_v4.0),
             Version::V5 => Table::V5(&ffi::ncclProfiler_v5.0),
             Version::V6 => Table::V6(&ffi::ncclProfiler_v6.0),
             Version::V7 => Table::V7(&ffi::ncclProfiler_v7.0.table),
-            v => panic!("the emulator cannot drive {v} yet (drivable: {:?})", Version::DRIVABLE),
         };
+        assert!(
+            Self::native_or_v4(version, release),
+            "NCCL {release} would never drive this plugin's {version}: set EMU_NCCL to the release that uses it natively"
+        );
         Plugin::new(table, found, release, None)
+    }
+
+    /// v1–v3 are driven only by the releases that use them natively: a newer NCCL finds this
+    /// plugin's newer tables first, so its v1–v3 adapters (spec 4.8) never run for it.
+    fn native_or_v4(version: Version, release: Release) -> bool {
+        !version.legacy() || version == release.newest_abi()
     }
 
     /// Loads a built plugin the way the emulated release does: `dlopen(path, RTLD_NOW |
@@ -465,7 +613,8 @@ impl Plugin {
             });
         };
         // SAFETY: the symbol of `newest` in a library kept open in `lib`.
-        let Some(table) = lookup(newest).and_then(|p| unsafe { Table::from_raw(newest, p) }) else {
+        let table = lookup(newest).and_then(|p| unsafe { Table::from_raw(newest, p) });
+        let Some(table) = table.filter(|_| Self::native_or_v4(newest, release::current())) else {
             return Err(LoadError::Unsupported {
                 path: path.to_owned(),
                 found,
@@ -537,6 +686,9 @@ impl Plugin {
         // process-wide mask, a C string valid for the call, and a logger (or NULL).
         let rc = unsafe {
             match self.table {
+                Table::V1(t) => (t.init.expect("init"))(&mut context, mask),
+                Table::V2(t) => (t.init.expect("init"))(&mut context, mask),
+                Table::V3(t) => (t.init.expect("init"))(&mut context, mask),
                 Table::V4(t) => (t.init.expect("init"))(&mut context, mask, name_ptr, hash, n_nodes, nranks, rank, log),
                 Table::V5(t) => (t.init.expect("init"))(&mut context, hash, mask, name_ptr, n_nodes, nranks, rank, log),
                 Table::V6(t) => (t.init.expect("init"))(&mut context, hash, mask, name_ptr, n_nodes, nranks, rank, log),
@@ -545,6 +697,7 @@ impl Plugin {
         };
         assert_eq!(rc, ncclSuccess, "init must never fail");
         drop(name); // NCCL does not keep commName alive: the plugin must have copied it.
+        self.hashes.lock().insert(context as usize, hash);
         let (release, version) = (self.release, self.driving());
         // The v5 adapter clears the copy-engine bits (2.29+) and KernelPhase (2.31); the v6
         // adapter of 2.31 clears KernelPhase; 2.31 then forces KernelCh under KernelPhase.
@@ -581,6 +734,18 @@ impl Plugin {
         // NCCL passes them.
         let rc = unsafe {
             match self.table {
+                Table::V1(t) => match self.as_legacy(context, d, Version::V1) {
+                    Some(mut v) => (t.startEvent.expect("startEvent"))(context, slot, (&raw mut v).cast()),
+                    None => return H::NULL,
+                },
+                Table::V2(t) => match self.as_legacy(context, d, Version::V2) {
+                    Some(mut v) => (t.startEvent.expect("startEvent"))(context, slot, (&raw mut v).cast()),
+                    None => return H::NULL,
+                },
+                Table::V3(t) => match self.as_legacy(context, d, Version::V3) {
+                    Some(mut v) => (t.startEvent.expect("startEvent"))(context, slot, (&raw mut v).cast()),
+                    None => return H::NULL,
+                },
                 Table::V7(t) => (t.startEvent.expect("startEvent"))(context, slot, d),
                 Table::V6(t) => match self.as_v6(d) {
                     Some(mut v6) => (t.startEvent.expect("startEvent"))(context, slot, &mut v6),
@@ -627,6 +792,40 @@ impl Plugin {
             }
         }
         Some(v6)
+    }
+
+    /// `d` as NCCL 2.23–2.26 build it for `version` (spec 2.8, 8): zeroed; Coll/P2p with the
+    /// communicator's hash, a NULL `name` and `nMaxChannels`; v1 names as numeric codes; `None`
+    /// for types the version does not have (KernelCh and NetPlugin before v3, everything newer).
+    fn as_legacy(&self, context: *mut c_void, d: &Descr, version: Version) -> Option<LegacyDescr> {
+        let newest = if version == Version::V3 {
+            ty::NET_PLUGIN
+        } else {
+            ty::PROXY_CTRL
+        };
+        if d.type_ > newest {
+            return None;
+        }
+        let hash = self.hashes.lock().get(&(context as usize)).copied().unwrap_or(0);
+        // SAFETY: all-zero is a valid value of every member (integers and NULL pointers).
+        let mut out: LegacyDescr = unsafe { std::mem::zeroed() };
+        // SAFETY: writing the member of `version`, reading `d`'s member that matches `type`.
+        unsafe {
+            match version {
+                Version::V1 => fill_legacy!(&mut out.v1, d, hash, code),
+                Version::V2 => fill_legacy!(&mut out.v2, d, hash, same),
+                _ => {
+                    fill_legacy!(&mut out.v3, d, hash, same);
+                    if d.type_ == ty::KERNEL_CH {
+                        out.v3.__bindgen_anon_1.kernelCh.channelId = d.__bindgen_anon_1.kernelCh.channelId;
+                    } else if d.type_ == ty::NET_PLUGIN {
+                        let n = &mut out.v3.__bindgen_anon_1.netPlugin;
+                        (n.id, n.data) = (d.__bindgen_anon_1.netPlugin.id, d.__bindgen_anon_1.netPlugin.data);
+                    }
+                }
+            }
+        }
+        Some(out)
     }
 
     /// `d` in the v4 layout, or `None` for types v4 does not know (the adapter returns without
@@ -710,14 +909,37 @@ impl Plugin {
     /// `recordEventState` with args whose first 8 bytes are `value`: `transSize`, `pTimer`,
     /// `netPlugin.data`, or (low 32 bits) `appendedProxyOps`. States the driven version does not
     /// know (KernelPhaseStop before v7) are dropped by the adapter.
+    /// On v1–v3 (NCCL 2.23–2.26) states 19–22 do not exist and ProxyStep states carry no
+    /// arguments (spec 8.2.2).
     pub fn state(&self, h: H, state: u32, value: u64) {
         if state == ty::KERNEL_PHASE_STOP && self.driving() < Version::V7 {
+            return;
+        }
+        if self.driving().legacy() {
+            match state {
+                19..=22 => {}
+                8..=12 => self.state_null(h, state),
+                // ProxyCtrl: `appendedProxyOps` shares the first bytes with `transSize`.
+                13..=18 => self.op_state(h, state, 0, value),
+                _ => panic!("state {state} has no v1–v3 arguments here: use Plugin::op_state"),
+            }
             return;
         }
         let mut args = ncclProfilerEventStateArgs_v5_t {
             kernelCh: ncclProfilerEventStateArgs_v5_t__bindgen_ty_4 { pTimer: value },
         };
         self.record(h, state, &mut args);
+    }
+
+    /// A ProxyOp state 0–7 of v1–v3 (spec 8.2.2) with its `steps` and running `transSize`.
+    pub fn op_state(&self, h: H, state: u32, steps: i32, total: u64) {
+        let mut args = ncclProfilerEventStateArgs_v1_t {
+            proxyOp: ncclProfilerEventStateArgs_v1_t__bindgen_ty_1 {
+                transSize: total as usize,
+                steps,
+            },
+        };
+        self.record(h, state, (&raw mut args).cast());
     }
 
     /// A GroupApi state (23, 24): NULL args when the table is called directly (2.28+ natively),

@@ -33,14 +33,28 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use super::net::{Jitter, Link, Network};
-use super::plugin::{self, Comm, H, Plugin, descr, mask, net_plugin_descr, proxy_op_descr, ty};
+use super::plugin::{self, Comm, Descr, H, Plugin, Version, descr, mask, net_plugin_descr, proxy_op_descr, ty};
 use super::profiler_thread::{self, KernelMsg};
 use super::time::{self, gpu_ns};
 use super::truth::{CollTruth, DISTURBED, LinkTruth, Report, StepTruth};
-use super::workload::{CommSpec, Done, Options};
+use super::workload::{CommSpec, Done, Func, Options};
 
 /// A callback taking longer than this was preempted in the middle.
 const CALL_BUDGET: Duration = Duration::from_micros(5);
+
+/// ProxyOp states of v1–v3 (spec 8.2.2).
+const OP_SEND_POSTED: u32 = 0;
+const OP_SEND_REM_FIFO_WAIT: u32 = 1;
+const OP_SEND_TRANSMITTED: u32 = 2;
+const OP_SEND_DONE: u32 = 3;
+const OP_RECV_POSTED: u32 = 4;
+const OP_RECV_RECEIVED: u32 = 5;
+const OP_RECV_TRANSMITTED: u32 = 6;
+const OP_RECV_DONE: u32 = 7;
+
+/// What a never-used proxy slot's running `transSize` is not: leftovers of earlier operations
+/// (spec 8.2.2), so that a plugin using absolute values is caught.
+const LEFTOVER: u64 = 0x5EED_0000;
 
 /// A transfer ending sooner than this is waited for before any other work.
 const PRECISE_GUARD: Duration = Duration::from_micros(50);
@@ -125,6 +139,8 @@ struct Sent {
 
 struct Step {
     handle: H,
+    /// v1: the second NCCL step of the transfer (sliceSteps 2), which gets every call too.
+    sibling: H,
     /// Send: index of the receive step whose data this step forwards, until it arrived.
     dep: Option<usize>,
     bytes: u64,
@@ -148,6 +164,13 @@ struct Op {
     gpu_free: Instant,
     /// Stale `transSize` NCCL reports on states that carry none.
     last_trans: u64,
+    /// v1–v3: the ProxyOp's descriptor until the first progress starts it, and the running
+    /// `transSize` of its proxy slot (never reset, spec 8.2.2).
+    pending: Option<Descr>,
+    total: u64,
+    /// NCCL steps per transfer as v1 reports them (sliceSteps: 2 for ring AllReduce, AllGather
+    /// and ReduceScatter), else 1.
+    slice: usize,
     done: bool,
 }
 
@@ -220,6 +243,9 @@ pub(crate) struct Proxy<'a> {
     /// NCCL 2.31+: the profiler thread that makes the KernelCh and KernelPhase callbacks.
     profiler: Option<mpsc::Sender<KernelMsg>>,
     kernels_posted: u64,
+    /// v1–v3: the running `transSize` each proxy slot (peer, channel, direction) keeps across
+    /// operations, starting from leftovers.
+    slot_totals: HashMap<(usize, u8, bool), u64>,
 }
 
 // SAFETY: the raw pointers inside are opaque plugin values (context, handles) and a descriptor
@@ -254,6 +280,7 @@ impl<'a> Proxy<'a> {
             handed: 0,
             profiler: None,
             kernels_posted: 0,
+            slot_totals: HashMap::new(),
             sock: Box::new(SockDescr {
                 ty: 1,
                 fd: 42,
@@ -438,6 +465,12 @@ impl<'a> Proxy<'a> {
         let now = Instant::now();
         for task in tasks {
             let m = task.mask;
+            let sliced = matches!(task.truth.func, Func::AllReduce | Func::AllGather | Func::ReduceScatter);
+            let slice = if sliced && self.plugin.driving() == Version::V1 {
+                2
+            } else {
+                1
+            };
             let ops: Vec<Op> = task
                 .ops
                 .iter()
@@ -450,9 +483,13 @@ impl<'a> Proxy<'a> {
                     } else {
                         (self.comm.context, plugin::pid())
                     };
-                    let handle = if mask::proxy_op(m) {
+                    // v1–v3: only network ops get events, at their first progress (spec 8.1).
+                    let legacy = self.plugin.driving().legacy();
+                    let wanted = mask::proxy_op(m) && !(legacy && plan.kind == OpKind::Abandoned);
+                    let mut pending = None;
+                    let handle = if wanted {
                         appended += 1;
-                        let mut d = proxy_op_descr(
+                        let d = proxy_op_descr(
                             task.root,
                             pid,
                             self.rank,
@@ -462,10 +499,19 @@ impl<'a> Proxy<'a> {
                             plan.chunk.min(i32::MAX as u64) as i32,
                             plan.kind == OpKind::Send,
                         );
-                        self.plugin.start(context, &mut d)
+                        if legacy {
+                            pending = Some(d);
+                            H::NULL
+                        } else {
+                            self.plugin.start(context, &mut { d })
+                        }
                     } else {
                         H::NULL
                     };
+                    let total = *self
+                        .slot_totals
+                        .entry((plan.world_peer, plan.channel, plan.kind == OpKind::Send))
+                        .or_insert(LEFTOVER);
                     Op {
                         plan: plan.clone(),
                         handle,
@@ -476,6 +522,9 @@ impl<'a> Proxy<'a> {
                         steps: VecDeque::new(),
                         gpu_free: now,
                         last_trans: 0,
+                        pending,
+                        total,
+                        slice,
                         done: plan.kind == OpKind::Abandoned,
                     }
                 })
@@ -524,7 +573,9 @@ impl<'a> Proxy<'a> {
                 arrivals[ch] = Some(Vec::new());
             }
             let mut task = task;
-            task.truth.pxn = ops.iter().any(|o| o.plan.pxn && !o.handle.is_null());
+            task.truth.pxn = ops
+                .iter()
+                .any(|o| o.plan.pxn && (!o.handle.is_null() || o.pending.is_some()));
             self.active.push(Active {
                 task,
                 ops,
@@ -674,14 +725,45 @@ impl<'a> Proxy<'a> {
         }
     }
 
-    /// The op's InProgress state, once, when the proxy first progresses it.
+    /// The op's InProgress state, once, when the proxy first progresses it (v1–v3: its start).
     fn mark_in_progress(&self, op: &mut Op) {
         if !op.in_progress {
-            if !op.handle.is_null() {
+            if let Some(mut d) = op.pending.take() {
+                op.handle = self.plugin.start(op.context, &mut d);
+            } else if !op.handle.is_null() {
                 self.plugin.state(op.handle, ty::OP_IN_PROGRESS, 0);
             }
             op.in_progress = true;
         }
+    }
+
+    /// The end of an op: its stop, and (v1–v3) its slot's running total kept for the next op.
+    fn finish_op(&mut self, op: &mut Op, truth: &mut CollTruth) {
+        let t = Instant::now();
+        if !op.handle.is_null() {
+            self.plugin.stop(op.handle);
+        }
+        op.done = true;
+        let key = (op.plan.world_peer, op.plan.channel, op.plan.kind == OpKind::Send);
+        self.slot_totals.insert(key, op.total);
+        if !op.plan.pxn {
+            truth.last_op_stop = Some(truth.last_op_stop.map_or(t, |e| e.max(t)));
+        }
+        truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
+    }
+
+    /// The ProxyStep start(s) of transfer `k` of `op`, when the mask asks for them: one, or on
+    /// v1 one per NCCL step (two with sliceSteps 2, `step` the raw counter). Before 2.28 a step
+    /// needs its op's handle (spec 8.1).
+    fn start_steps(&self, op: &Op, m: i32, k: usize) -> (H, H) {
+        let p = self.plugin;
+        if !mask::proxy_step(m) || (op.handle.is_null() && !p.release().api_events()) {
+            return (H::NULL, H::NULL);
+        }
+        let step = |i: usize| p.proxy_step(op.context, op.handle, self.rank, i as i32);
+        let first = step(k * op.slice);
+        let sibling = if op.slice > 1 { step(k * op.slice + 1) } else { H::NULL };
+        (first, sibling)
     }
 
     /// `deps`: arrival times of the channel's receive steps so far, and the ring dependency.
@@ -697,6 +779,7 @@ impl<'a> Proxy<'a> {
             return;
         }
         let p = self.plugin;
+        let legacy = p.driving().legacy();
         self.mark_in_progress(op);
         let nsteps = op.plan.steps.len();
         loop {
@@ -704,17 +787,20 @@ impl<'a> Proxy<'a> {
             while op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
                 let k = op.started;
                 let bytes = op.plan.steps[k];
-                let handle = if mask::proxy_step(m) {
-                    p.proxy_step(op.context, op.handle, self.rank, k as i32)
-                } else {
-                    H::NULL
-                };
-                if !op.handle.is_null() && !handle.is_null() {
-                    p.state(handle, ty::SEND_GPU_WAIT, op.last_trans);
+                let (handle, sibling) = self.start_steps(op, m, k);
+                if legacy && !op.handle.is_null() {
+                    p.op_state(op.handle, OP_SEND_POSTED, ((k + 1) * op.slice) as i32, op.total);
+                }
+                for h in [handle, sibling]
+                    .into_iter()
+                    .filter(|h| !op.handle.is_null() && !h.is_null())
+                {
+                    p.state(h, ty::SEND_GPU_WAIT, op.last_trans);
                 }
                 op.gpu_free = op.gpu_free.max(now) + self.net.gpu_time(bytes);
                 op.steps.push_back(Step {
                     handle,
+                    sibling,
                     dep: deps.and_then(|(_, d)| k.checked_sub(d)),
                     bytes,
                     ready: op.gpu_free,
@@ -733,7 +819,9 @@ impl<'a> Proxy<'a> {
                 .iter()
                 .filter_map(|x| x.sent.as_ref().map(|x| x.deadline))
                 .max();
-            if let Some(s) = op.steps.iter_mut().find(|s| s.sent.is_none()) {
+            if let Some(pos) = op.steps.iter().position(|s| s.sent.is_none()) {
+                let s = &mut op.steps[pos];
+                let done_after = ((op.stopped + pos + 1) * op.slice) as i32;
                 let states = states && !s.handle.is_null();
                 if let Some(d) = s.dep {
                     match deps.and_then(|(arrived, _)| arrived.get(d)) {
@@ -760,7 +848,9 @@ impl<'a> Proxy<'a> {
                     let peer_wait = s.peer_waits == 0
                         || (now < accept && now >= s.next_peer_wait && s.peer_waits < self.opts.peer_waits);
                     if peer_wait {
-                        if states {
+                        if legacy && !op.handle.is_null() {
+                            p.op_state(op.handle, OP_SEND_REM_FIFO_WAIT, done_after, op.total);
+                        } else if states {
                             p.state(s.handle, ty::SEND_PEER_WAIT, op.last_trans);
                         }
                         s.peer_waits += 1;
@@ -770,9 +860,22 @@ impl<'a> Proxy<'a> {
                         let f = self.jitter.factor(self.world, op.plan.world_peer, s.bytes);
                         self.handed += 1;
                         let every = self.opts.preempt_every;
-                        let late_send_wait = every > 0 && self.handed % every == 0;
+                        // v1–v3: one handle's running total, whose order a late call would break.
+                        let late_send_wait = every > 0 && self.handed % every == 0 && !legacy;
                         let t0 = Instant::now();
-                        if states && !late_send_wait {
+                        if legacy {
+                            // v1 reports the total before the transfer, v2+ after (spec 8.7).
+                            let v1 = p.driving() == Version::V1;
+                            let before = op.total;
+                            op.total += s.bytes;
+                            if !op.handle.is_null() {
+                                let total = if v1 { before } else { op.total };
+                                p.op_state(op.handle, OP_SEND_TRANSMITTED, done_after, total);
+                                for h in [s.handle, s.sibling].into_iter().filter(|h| !h.is_null()) {
+                                    p.state(h, ty::SEND_WAIT, s.bytes);
+                                }
+                            }
+                        } else if states && !late_send_wait {
                             p.state(s.handle, ty::SEND_WAIT, s.bytes);
                         }
                         let call = t0.elapsed();
@@ -820,15 +923,7 @@ impl<'a> Proxy<'a> {
             break;
         }
         if op.stopped == nsteps {
-            let t = Instant::now();
-            if !op.handle.is_null() {
-                p.stop(op.handle);
-            }
-            op.done = true;
-            if !op.plan.pxn {
-                truth.last_op_stop = Some(truth.last_op_stop.map_or(t, |e| e.max(t)));
-            }
-            truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
+            self.finish_op(op, truth);
         }
     }
 
@@ -845,23 +940,27 @@ impl<'a> Proxy<'a> {
             return;
         }
         let p = self.plugin;
+        let legacy = p.driving().legacy();
         self.mark_in_progress(op);
         let nsteps = op.plan.steps.len();
         let now = Instant::now();
         while op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
             let k = op.started;
             let bytes = op.plan.steps[k];
-            let mut handle = H::NULL;
-            if mask::proxy_step(m) {
+            let (mut handle, sibling) = self.start_steps(op, m, k);
+            if self.opts.restart_recv && k == 0 && !handle.is_null() {
+                // irecv did not post: the next pass starts the same step again and NCCL
+                // overwrites the handle; the first one never gets a state or a stop.
                 handle = p.proxy_step(op.context, op.handle, self.rank, k as i32);
-                if self.opts.restart_recv && k == 0 {
-                    // irecv did not post: the next pass starts the same step again and NCCL
-                    // overwrites the handle; the first one never gets a state or a stop.
-                    handle = p.proxy_step(op.context, op.handle, self.rank, k as i32);
-                }
             }
-            if !op.handle.is_null() && !handle.is_null() {
-                p.state(handle, ty::RECV_WAIT, op.last_trans);
+            if legacy && !op.handle.is_null() {
+                p.op_state(op.handle, OP_RECV_POSTED, ((k + 1) * op.slice) as i32, op.total);
+            }
+            for h in [handle, sibling]
+                .into_iter()
+                .filter(|h| !op.handle.is_null() && !h.is_null())
+            {
+                p.state(h, ty::RECV_WAIT, op.last_trans);
             }
             let link = op.plan.link;
             let wire = self.wires.entry((op.plan.world_peer, false)).or_insert(now);
@@ -869,6 +968,7 @@ impl<'a> Proxy<'a> {
             arrived.push(*wire);
             op.steps.push_back(Step {
                 handle,
+                sibling,
                 dep: None,
                 bytes,
                 ready: *wire,
@@ -879,10 +979,30 @@ impl<'a> Proxy<'a> {
             });
             op.started += 1;
         }
+        // 2.24–2.26 stop only the first receive step the GPU consumed in a pass (spec 8.3).
+        let mut consumed_here = 0;
         while let Some(s) = op.steps.front_mut() {
             let states = !op.handle.is_null() && !s.handle.is_null();
             let now = Instant::now();
+            let done_after = ((op.stopped + 1) * op.slice) as i32;
             match s.consumed {
+                None if now >= s.ready && legacy => {
+                    op.total += s.bytes;
+                    let handles = [s.handle, s.sibling];
+                    if !op.handle.is_null() {
+                        for (op_state, step_state) in [
+                            (OP_RECV_RECEIVED, ty::RECV_FLUSH_WAIT),
+                            (OP_RECV_TRANSMITTED, ty::RECV_GPU_WAIT),
+                        ] {
+                            p.op_state(op.handle, op_state, done_after, op.total);
+                            for h in handles.into_iter().filter(|h| !h.is_null()) {
+                                p.state(h, step_state, s.bytes);
+                            }
+                        }
+                    }
+                    op.last_trans = s.bytes;
+                    s.consumed = Some(now + self.net.gpu_time(s.bytes));
+                }
                 None if now >= s.ready => {
                     if states {
                         p.state(s.handle, ty::RECV_FLUSH_WAIT, s.bytes);
@@ -896,9 +1016,14 @@ impl<'a> Proxy<'a> {
                     break;
                 }
                 Some(c) if now >= c => {
-                    if !s.handle.is_null() {
-                        p.stop(s.handle);
+                    let lost = legacy && p.driving() >= Version::V2 && consumed_here > 0;
+                    for h in [s.handle, s.sibling].into_iter().filter(|h| !lost && !h.is_null()) {
+                        p.stop(h);
                     }
+                    if legacy && !op.handle.is_null() {
+                        p.op_state(op.handle, OP_RECV_DONE, done_after, op.total);
+                    }
+                    consumed_here += 1;
                     op.steps.pop_front();
                     op.stopped += 1;
                 }
@@ -909,15 +1034,7 @@ impl<'a> Proxy<'a> {
             }
         }
         if op.stopped == nsteps {
-            let t = Instant::now();
-            if !op.handle.is_null() {
-                p.stop(op.handle);
-            }
-            op.done = true;
-            if !op.plan.pxn {
-                truth.last_op_stop = Some(truth.last_op_stop.map_or(t, |e| e.max(t)));
-            }
-            truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
+            self.finish_op(op, truth);
         } else if op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
             next.coarse(Instant::now());
         }
@@ -984,6 +1101,7 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
     let states = !op.handle.is_null();
     let Some(Step {
         handle,
+        sibling,
         bytes,
         sent: Some(sent),
         ..
@@ -991,15 +1109,25 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
     else {
         return None;
     };
-    let (handle, bytes) = (*handle, *bytes);
+    let (handle, sibling, bytes) = (*handle, *sibling, *bytes);
     if opts.net_plugin && mask::net_plugin(m) && states && !handle.is_null() {
         p.stop(sent.net);
     }
     if sent.late_send_wait && states && !handle.is_null() {
         p.state(handle, ty::SEND_WAIT, bytes);
     }
+    // v1–v3: the step stops come first, then SendDone, whose time is the transfer's end.
+    let legacy = p.driving().legacy();
+    if legacy {
+        [handle, sibling]
+            .into_iter()
+            .filter(|h| !h.is_null())
+            .for_each(|h| p.stop(h));
+    }
     let before = Instant::now();
-    if !handle.is_null() {
+    if legacy && states {
+        p.op_state(op.handle, OP_SEND_DONE, ((op.stopped + 1) * op.slice) as i32, op.total);
+    } else if !legacy && !handle.is_null() {
         p.stop(handle);
     }
     let after = Instant::now();
@@ -1016,6 +1144,7 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
         sent: sent.t0,
         wire: sent.wire,
         stop: before,
+        pxn: op.plan.pxn,
     };
     op.steps.pop_front();
     op.stopped += 1;

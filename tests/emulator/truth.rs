@@ -114,12 +114,14 @@ pub const DISTURBED: Duration = Duration::from_micros(5);
 #[derive(Clone, Copy, Debug)]
 pub struct StepTruth {
     pub bytes: u64,
-    /// Right before the SendWait call.
+    /// Right before the SendWait call (v1–v3: SendTransmitted).
     pub sent: Instant,
     /// When the modelled wire took the step's bytes, and when it was done with them.
     pub wire: (Instant, Instant),
-    /// Right before the stop call.
+    /// Right before the stop call (v1–v3: SendDone).
     pub stop: Instant,
+    /// Its op was reported as another process's (PXN, spec 4.3).
+    pub pxn: bool,
 }
 
 impl LinkTruth {

@@ -1,5 +1,5 @@
 //! Arbitrary NCCL callback streams decoded from bytes and run through the real exported
-//! `ncclProfiler_v4` … `ncclProfiler_v7` table (one per run, as NCCL uses one per process), with
+//! `ncclProfiler_v1` … `ncclProfiler_v7` table (one per run, as NCCL uses one per process), with
 //! every invariant of issue 5 checked on the way and an exact account
 //! kept of what happened to each callback.
 //!
@@ -23,6 +23,7 @@
 //!           + silently ignored calls (Group stops; states NCCL defines for the event's type
 //!             that the plugin does not use)
 //!           + successful inits + successful finalizes
+//!           − the InProgress records v1–v3 receive-op starts add (NCCL has no such state there)
 //! ```
 //!
 //! The last three terms have no counter in the plugin: the runner tallies them from the handle
@@ -48,12 +49,17 @@ use std::time::{Duration, Instant};
 
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::bindings::{
-    ncclDebugLogger_t, ncclProfilerEventDescr_v4_t, ncclProfilerEventDescr_v7_t, ncclProfilerEventStateArgs_v4_t,
+    ncclDebugLogger_t, ncclProfilerEventDescr_v1_t, ncclProfilerEventDescr_v2_t, ncclProfilerEventDescr_v3_t,
+    ncclProfilerEventDescr_v4_t, ncclProfilerEventDescr_v7_t, ncclProfilerEventStateArgs_v1_t,
+    ncclProfilerEventStateArgs_v1_t__bindgen_ty_1, ncclProfilerEventStateArgs_v4_t,
     ncclProfilerEventStateArgs_v4_t__bindgen_ty_4, ncclResult_t, ncclSuccess,
 };
 use nccl_profiler_otel::comm::{self, SETTLE};
 use nccl_profiler_otel::config::Config;
-use nccl_profiler_otel::ffi::{ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6, ncclProfiler_v7};
+use nccl_profiler_otel::ffi::{
+    ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
+    ncclProfiler_v7,
+};
 use nccl_profiler_otel::record::handle::{CommId, Context, GEN_MASK, Handle, Kind};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
@@ -152,6 +158,8 @@ struct Tally {
     inits: AtomicU64,
     finalizes: AtomicU64,
     recorded_starts: AtomicU64,
+    /// InProgress records the plugin adds at v1–v3 receive-op starts.
+    added: AtomicU64,
 }
 
 /// The account of a finished run.
@@ -171,6 +179,8 @@ pub struct Balance {
     pub finalizes: u64,
     /// Starts that returned a record's handle (not Group).
     pub recorded_starts: u64,
+    /// Records the plugin added without a callback of their own (v1–v3 receive-op starts).
+    pub added: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,6 +392,16 @@ fn silently_ignored_state(kind: Kind, state: u32) -> bool {
     )
 }
 
+/// Whether a v1–v3 send op's state with args (`steps`) is silently ignored: all but
+/// SendTransmitted, SendDone and (v2, v3) the op's first SendPosted become records (spec 8.7).
+fn legacy_op_state_ignored(abi: Abi, state: u32, steps: i32) -> bool {
+    match state {
+        2 | 3 => false,
+        0 => abi == Abi::V1 || steps != 1,
+        _ => true,
+    }
+}
+
 /// The kind of a natural parent for a start of type `ty` (v4: Coll/P2p hang under the Group).
 fn natural_parent(ty: u64) -> Option<Kind> {
     if ty == KERNEL_PHASE {
@@ -429,6 +449,9 @@ fn kind_of(ty: u64) -> Option<Kind> {
 /// Which exported table a run drives: NCCL uses one per process, the newest it knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Abi {
+    V1,
+    V2,
+    V3,
     V4,
     V5,
     V6,
@@ -438,8 +461,80 @@ pub enum Abi {
 impl Abi {
     /// The table a byte picks.
     pub fn pick(byte: u8) -> Abi {
-        [Abi::V4, Abi::V5, Abi::V6, Abi::V7][usize::from(byte % 4)]
+        // v4 first: byte 0 keeps the table the fixed streams were written for.
+        const ALL: [Abi; 7] = [Abi::V4, Abi::V5, Abi::V6, Abi::V7, Abi::V1, Abi::V2, Abi::V3];
+        ALL[usize::from(byte % 7)]
     }
+
+    /// v1–v3: no identity at `init`, bytes in ProxyOp states.
+    fn legacy(self) -> bool {
+        self <= Abi::V3
+    }
+}
+
+/// A v1, v2 or v3 descriptor.
+#[repr(C)]
+union LegacyDescr {
+    v1: ncclProfilerEventDescr_v1_t,
+    v2: ncclProfilerEventDescr_v2_t,
+    v3: ncclProfilerEventDescr_v3_t,
+}
+
+/// Copies the fields NCCL 2.23–2.26 fill from a v4 descriptor into a v1–v3 one of garbage:
+/// header, Coll/P2p (names as v1 codes from the pointer's low bits, or as strings), ProxyOp,
+/// ProxyStep; `$hash` as the communicator hash.
+macro_rules! legacy_fields {
+    ($out:expr, $d:expr, $hash:expr, $name:expr) => {{
+        let (out, d) = ($out, $d);
+        out.type_ = d.type_;
+        out.parentObj = d.parentObj;
+        out.rank = d.rank;
+        let (from, to) = (&d.__bindgen_anon_1, &mut out.__bindgen_anon_1);
+        match d.type_ {
+            COLL => {
+                let (f, t) = (&from.coll, &mut to.coll);
+                (t.commHash, t.seqNumber, t.count) = ($hash, f.seqNumber, f.count);
+                (t.func, t.algo, t.proto, t.datatype) =
+                    ($name(f.func), $name(f.algo), $name(f.proto), $name(f.datatype));
+                t.nMaxChannels = f.nChannels;
+            }
+            P2P => {
+                let (f, t) = (&from.p2p, &mut to.p2p);
+                (t.commHash, t.count, t.peer) = ($hash, f.count, f.peer);
+                (t.func, t.datatype) = ($name(f.func), $name(f.datatype));
+            }
+            PROXY_OP => {
+                let (f, t) = (&from.proxyOp, &mut to.proxyOp);
+                (t.pid, t.channelId, t.peer, t.nSteps, t.chunkSize, t.isSend) =
+                    (f.pid, f.channelId, f.peer, f.nSteps, f.chunkSize, f.isSend);
+            }
+            PROXY_STEP => to.proxyStep.step = from.proxyStep.step,
+            _ => {}
+        }
+    }};
+}
+
+/// A v4 descriptor in the layout of the v1–v3 table `abi` (garbage elsewhere).
+fn in_legacy(d: &ncclProfilerEventDescr_v4_t, abi: Abi, seed: u64) -> LegacyDescr {
+    // SAFETY: any byte pattern is a valid descriptor value (integers and raw pointers).
+    let mut out: LegacyDescr = unsafe { std::mem::zeroed() };
+    fill_garbage(&mut out, seed);
+    let code = |p: *const c_char| (p as usize % 13) as u8;
+    let same = |p: *const c_char| p;
+    // SAFETY: writing the member of `abi`, reading `d`'s member that matches its type.
+    unsafe {
+        match abi {
+            Abi::V1 => legacy_fields!(&mut out.v1, d, seed, code),
+            Abi::V2 => legacy_fields!(&mut out.v2, d, seed, same),
+            _ => {
+                legacy_fields!(&mut out.v3, d, seed, same);
+                if d.type_ == KERNEL_CH {
+                    out.v3.__bindgen_anon_1.kernelCh.channelId = d.__bindgen_anon_1.kernelCh.channelId;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A v4 descriptor in the layout of `abi`'s table: as is for v4; otherwise copied into a v7-sized
@@ -469,6 +564,9 @@ impl Abi {
         // SAFETY: the caller's arguments, as NCCL passes them to this table.
         unsafe {
             match self {
+                Abi::V1 => (ncclProfiler_v1.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V2 => (ncclProfiler_v2.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V3 => (ncclProfiler_v3.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
                 Abi::V4 => (ncclProfiler_v4.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
                 Abi::V5 => (ncclProfiler_v5.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
                 Abi::V6 => (ncclProfiler_v6.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
@@ -477,13 +575,16 @@ impl Abi {
         }
     }
 
-    /// `recordEventState` of the table; the v5 (= v6 = v7) args union has the v4 one's layout
-    /// (spec 2.9).
-    unsafe fn state(self, handle: *mut c_void, state: u32, args: *mut ncclProfilerEventStateArgs_v4_t) -> ncclResult_t {
+    /// `recordEventState` of the table; `args` points to the version's args union (v1–v3: 16
+    /// bytes; v5 = v6 = v7 have the v4 one's layout, spec 2.9).
+    unsafe fn state(self, handle: *mut c_void, state: u32, args: *mut c_void) -> ncclResult_t {
         // SAFETY: the caller's arguments, as NCCL passes them to this table.
         unsafe {
             match self {
-                Abi::V4 => (ncclProfiler_v4.0.recordEventState.expect("state"))(handle, state, args),
+                Abi::V1 => (ncclProfiler_v1.0.recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V2 => (ncclProfiler_v2.0.recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V3 => (ncclProfiler_v3.0.recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V4 => (ncclProfiler_v4.0.recordEventState.expect("state"))(handle, state, args.cast()),
                 Abi::V5 => (ncclProfiler_v5.0.recordEventState.expect("state"))(handle, state, args.cast()),
                 Abi::V6 => (ncclProfiler_v6.0.recordEventState.expect("state"))(handle, state, args.cast()),
                 Abi::V7 => (ncclProfiler_v7.0.table.recordEventState.expect("state"))(handle, state, args.cast()),
@@ -494,6 +595,9 @@ impl Abi {
     /// `stopEvent` of the table.
     fn stop(self) -> unsafe extern "C" fn(*mut c_void) -> ncclResult_t {
         match self {
+            Abi::V1 => ncclProfiler_v1.0.stopEvent,
+            Abi::V2 => ncclProfiler_v2.0.stopEvent,
+            Abi::V3 => ncclProfiler_v3.0.stopEvent,
             Abi::V4 => ncclProfiler_v4.0.stopEvent,
             Abi::V5 => ncclProfiler_v5.0.stopEvent,
             Abi::V6 => ncclProfiler_v6.0.stopEvent,
@@ -505,6 +609,9 @@ impl Abi {
     /// `finalize` of the table.
     fn finalize(self) -> unsafe extern "C" fn(*mut c_void) -> ncclResult_t {
         match self {
+            Abi::V1 => ncclProfiler_v1.0.finalize,
+            Abi::V2 => ncclProfiler_v2.0.finalize,
+            Abi::V3 => ncclProfiler_v3.0.finalize,
             Abi::V4 => ncclProfiler_v4.0.finalize,
             Abi::V5 => ncclProfiler_v5.0.finalize,
             Abi::V6 => ncclProfiler_v6.0.finalize,
@@ -529,6 +636,9 @@ impl Abi {
         // SAFETY: the caller's arguments, as NCCL passes them, in the version's order.
         unsafe {
             match self {
+                Abi::V1 => (ncclProfiler_v1.0.init.expect("init"))(context, mask),
+                Abi::V2 => (ncclProfiler_v2.0.init.expect("init"))(context, mask),
+                Abi::V3 => (ncclProfiler_v3.0.init.expect("init"))(context, mask),
                 Abi::V4 => {
                     (ncclProfiler_v4.0.init.expect("init"))(context, mask, name, hash, n_nodes, nranks, rank, logfn)
                 }
@@ -652,9 +762,11 @@ impl Run {
             inits: t.inits.load(Relaxed),
             finalizes: t.finalizes.load(Relaxed),
             recorded_starts: t.recorded_starts.load(Relaxed),
+            added: t.added.load(Relaxed),
         };
         b.accounted =
-            b.delivered_records + b.polled_records + counters.sum() + b.drops + b.silent + b.inits + b.finalizes;
+            (b.delivered_records + b.polled_records + counters.sum() + b.drops + b.silent + b.inits + b.finalizes)
+                .saturating_sub(b.added);
         b
     }
 
@@ -792,9 +904,14 @@ impl Run {
         null_handle: bool,
     ) -> u64 {
         self.call();
-        let descr_ptr: *mut c_void = match (self.abi, descr, wide) {
-            (Abi::V4, Some(d), _) => (d as *mut ncclProfilerEventDescr_v4_t).cast(),
-            (_, _, Some(w)) if self.abi != Abi::V4 => (w as *mut ncclProfilerEventDescr_v7_t).cast(),
+        let mut legacy = descr
+            .as_ref()
+            .filter(|_| self.abi.legacy())
+            .map(|d| in_legacy(d, self.abi, d.parentObj as u64 ^ 0x1E6A));
+        let descr_ptr: *mut c_void = match (self.abi, descr, wide, legacy.as_mut()) {
+            (_, _, _, Some(l)) => (l as *mut LegacyDescr).cast(),
+            (Abi::V4, Some(d), _, _) => (d as *mut ncclProfilerEventDescr_v4_t).cast(),
+            (abi, _, Some(w), _) if abi >= Abi::V5 => (w as *mut ncclProfilerEventDescr_v7_t).cast(),
             _ => std::ptr::null_mut(),
         };
         let mut handle = SENTINEL as *mut c_void;
@@ -824,15 +941,26 @@ impl Run {
             } else {
                 self.tally.recorded_starts.fetch_add(1, Relaxed);
             }
+            if self.abi.legacy() && decoded.kind == Kind::RecvOp {
+                self.tally.added.fetch_add(1, Relaxed);
+            }
         }
         h
     }
 
     fn raw_state(&self, handle: u64, state: u32, args: Option<u64>) {
         self.call();
+        // v1–v3: `transSize` is the value, `steps` its high half.
+        let steps = (args.unwrap_or(0) >> 32) as i32;
+        let ignored = |h: Handle| match h.kind {
+            Kind::ProxyOp if self.abi.legacy() && state <= 7 => {
+                args.is_some() && legacy_op_state_ignored(self.abi, state, steps)
+            }
+            kind => silently_ignored_state(kind, state),
+        };
         if Handle::decode(handle)
             .filter(|h| comm::get(h.comm).is_some())
-            .is_some_and(|h| silently_ignored_state(h.kind, state))
+            .is_some_and(ignored)
         {
             self.tally.silent.fetch_add(1, Relaxed);
         }
@@ -841,10 +969,16 @@ impl Run {
                 pTimer: args.unwrap_or(0),
             },
         };
-        let args_ptr = if args.is_some() {
-            &mut a as *mut _
-        } else {
-            std::ptr::null_mut()
+        let mut legacy = ncclProfilerEventStateArgs_v1_t {
+            proxyOp: ncclProfilerEventStateArgs_v1_t__bindgen_ty_1 {
+                transSize: args.unwrap_or(0) as usize,
+                steps,
+            },
+        };
+        let args_ptr: *mut c_void = match args {
+            None => std::ptr::null_mut(),
+            Some(_) if self.abi.legacy() => (&raw mut legacy).cast(),
+            Some(_) => (&raw mut a).cast(),
         };
         let rc = unsafe { self.abi.state(handle as *mut c_void, state, args_ptr) };
         assert_eq!(rc, ncclSuccess, "recordEventState must return ncclSuccess");
@@ -915,10 +1049,17 @@ impl Run {
         if context != 0 {
             assert!(Context::decode(context).and_then(|c| comm::get(c.comm)).is_some());
             if !null_mask {
-                assert_eq!(
-                    mask & !IMPLIED,
-                    Config::global().event_mask,
-                    "init stores the activation mask (and what the ABI version adds)"
+                // v1–v3: ProxyOp instead of ProxyStep, no KernelCh (spec 8.7). The process's
+                // first `init` decides (NCCL uses one table per process; these runs do not).
+                let configured = Config::global().event_mask;
+                let legacy = if configured & 0x10 != 0 {
+                    (configured | 0x8) & !(0x10 | 0x40)
+                } else {
+                    configured & !0x40
+                };
+                assert!(
+                    [configured, legacy].contains(&(mask & !IMPLIED)),
+                    "init stores the activation mask (and what the ABI version adds or takes): {mask:#x}"
                 );
             }
             state.live = Some(context);

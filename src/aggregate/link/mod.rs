@@ -11,10 +11,12 @@
 //! children of other windows are hashed, and records are never sorted. Phase 1 scans the records
 //! once; phases 2 and 3 visit only the slots it listed, in slot order:
 //! 1. `track`: register Coll/P2p roots and note each event's later records (SendWait,
-//!    InProgress, KernelChStop, PhaseStop, Stop) on its start slot; a root's Tag moves it to the
-//!    group of its tagged key.
+//!    InProgress, KernelChStop, PhaseStop, Stop) on its start slot, and chain a send op's
+//!    OpBytes marks from it; a root's Tag moves it to the group of its tagged key.
 //! 2. `transfers`: turn finished ProxySteps into transfers, grouped by their ProxyOp's rank
-//!    pair and channel, and by its root's group when the op has one.
+//!    pair and channel, and by its root's group when the op has one; on ABI v1–v3, a send op's
+//!    chain of OpBytes marks instead (`op_marks`: each transfer's bytes are a difference of the
+//!    op's running totals, spec 8.7).
 //! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times); `kernel_phases`:
 //!    the GPU durations of the KernelPhases (v7), by phase.
 //! 4. `build`: hold every finished root in the table, release what is due, groups sorted by key.
@@ -30,7 +32,7 @@
 
 use std::collections::HashMap;
 
-use super::bandwidth::{size_class, test_size};
+use super::bandwidth::{UNKNOWN_CLASS, size_class, test_size};
 use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
 use super::queue::{Step, analyze};
 use super::summary::{
@@ -104,15 +106,19 @@ const GPU_STOPPED: u8 = 1 << 3;
 const OP_RESOLVED: u8 = 1 << 4;
 /// Receive op: NCCL progresses it (InProgress), so it will stop.
 const IN_PROGRESS: u8 = 1 << 5;
+/// Send op (v1–v3): has OpBytes marks, chained from `sent` (first) to `value` (last).
+const MARKED: u8 = 1 << 6;
 
-/// Scratch for the event whose start record is at this slot.
+/// Scratch for the event whose start record is at this slot (or, for an OpBytes mark, for the
+/// mark itself).
 #[derive(Clone, Copy)]
 struct Slot {
     /// Ts of the first Stop.
     stop: u64,
-    /// ProxyStep: ts of the first SendWait.
+    /// ProxyStep: ts of the first SendWait; marked send op: slot of its first mark.
     sent: u64,
-    /// ProxyStep: bytes of that SendWait; KernelCh: GPU stop time.
+    /// ProxyStep: bytes of that SendWait; KernelCh: GPU stop time; marked send op: slot of its
+    /// last mark; mark: slot of the op's next mark (`NONE` for the last).
     value: u64,
     /// Coll/P2p: index into `roots`; send ProxyOp (once resolved): its root's index when that
     /// root is in this window, else `NONE`.
@@ -195,6 +201,8 @@ struct Pass<'a> {
     channel_ix: [u32; 256],
     /// Slots of the ProxySteps started in this window, in slot order.
     steps: Vec<u32>,
+    /// Slots of the send ops with OpBytes marks (v1–v3), in the order of their first mark.
+    marked: Vec<u32>,
     /// Slots of the ProxyOps and KernelCh started in this window, in slot order.
     children: Vec<u32>,
     /// Slots of the KernelPhases started in this window, in slot order.
@@ -221,6 +229,7 @@ fn start_kind(body: &Body) -> Option<Kind> {
         Body::KernelCh { .. } => Some(Kind::KernelCh),
         Body::KernelPhase { .. } => Some(Kind::KernelPhase),
         Body::SendWait { .. }
+        | Body::OpBytes { .. }
         | Body::InProgress
         | Body::KernelChStop { .. }
         | Body::Tag { .. }
@@ -263,6 +272,7 @@ impl<'a> Pass<'a> {
             channels: Vec::new(),
             channel_ix: [NONE; 256],
             steps: Vec::new(),
+            marked: Vec::new(),
             children: Vec::new(),
             phases: Vec::new(),
             phase_secs: Default::default(),
@@ -322,10 +332,10 @@ impl<'a> Pass<'a> {
                             algo: c.algo,
                             proto: c.proto,
                             datatype: c.datatype,
-                            size_class: size_class(bytes),
+                            size_class: bytes.map_or(UNKNOWN_CLASS, size_class),
                             tag: 0,
                         });
-                        self.add_root(i, rec.ts, key, bytes, u32::from(c.n_channels));
+                        self.add_root(i, rec.ts, key, bytes.unwrap_or(0), u32::from(c.n_channels));
                     }
                     Body::P2p(p) => {
                         let bytes = p.count.saturating_mul(p.datatype.size());
@@ -363,6 +373,12 @@ impl<'a> Pass<'a> {
             let start = &records[s].body;
             if let Body::Tag { tag } = rec.body {
                 self.tag_root(self.slots[s].root, tag);
+                continue;
+            }
+            if let Body::OpBytes { .. } = rec.body {
+                if matches!(start, Body::ProxyOp(op) if op.send) {
+                    self.chain_mark(s, i);
+                }
                 continue;
             }
             let slot = &mut self.slots[s];
@@ -470,6 +486,9 @@ impl<'a> Pass<'a> {
                 tag: op.channel,
             };
             self.add_transfer(op, step);
+        }
+        for op in std::mem::take(&mut self.marked) {
+            self.op_marks(op as usize);
         }
     }
 
@@ -659,6 +678,7 @@ impl<'a> Pass<'a> {
 }
 
 mod groups;
+mod marks;
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1582,5 +1602,65 @@ mod tests {
         let gpu: Vec<Option<f64>> = s.colls[0].ops.iter().map(|o| o.gpu).collect();
         assert_eq!(gpu, [None, Some(2.4e-6)], "the drifted one has no GPU time");
         assert_eq!(s.stats.invalid_gpu, 2, "the final sync and the second channel");
+    }
+
+    /// A send op of ABI v1–v3 as its marks describe it: `(mark, total, ts)`.
+    fn marked_op(w: &mut Win, parent: u64, peer: i32, marks: &[(crate::record::Mark, u64, u64)]) -> u64 {
+        let op = w.op(2, parent, 0, peer, 0);
+        for &(mark, total, ts) in marks {
+            w.rec(op, ts, Body::OpBytes { mark, total });
+        }
+        op
+    }
+
+    #[test]
+    fn legacy_transfers_are_differences_of_running_totals() {
+        use crate::record::Mark::{Base, Done, Sent, SentBefore};
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 64, Datatype::Int8);
+        w.stop(c, 1);
+        // v2/v3: the slot's total starts at leftovers (1000); two transfers in flight, the
+        // second one's posting (not the op's first) is not recorded.
+        let v2 = marked_op(
+            &mut w,
+            c,
+            1,
+            &[
+                (Base, 1000, 0),
+                (Sent, 1040, 10),
+                (Sent, 1064, 12),
+                (Done, 1064, 20),
+                (Done, 1064, 25),
+            ],
+        );
+        w.stop(v2, 26);
+        // v1: SendTransmitted tells the total before its transfer; a Done resolves the last one.
+        let v1 = marked_op(
+            &mut w,
+            c,
+            2,
+            &[
+                (SentBefore, 500, 30),
+                (SentBefore, 516, 31),
+                (Done, 548, 40),
+                (Done, 548, 44),
+            ],
+        );
+        w.stop(v1, 45);
+        // A lost Base leaves the first transfer's bytes unknown: unfinished, not zero; one
+        // without a Done is unfinished too.
+        let lost = marked_op(&mut w, c, 3, &[(Sent, 70, 50), (Sent, 80, 52), (Done, 80, 60)]);
+        w.stop(lost, 61);
+        let s = w.sum();
+        let transfers = |peer: i32| s.links.iter().find(|l| l.peer == peer).map(|l| (l.transfers, l.bytes));
+        assert_eq!(transfers(1), Some((2, 64)));
+        assert_eq!(transfers(2), Some((2, 48)));
+        assert_eq!(transfers(3), None, "its only sized transfer never finished");
+        assert_eq!(
+            s.channels[0].transfers,
+            vec![t(40, 10), t(24, 13), t(16, 10), t(32, 13)]
+        );
+        assert_eq!(s.stats.unfinished, 2);
+        assert_eq!(s.colls[0].ops[0].duration, Some(61.0 / 1024.0));
     }
 }

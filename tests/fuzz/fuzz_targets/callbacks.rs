@@ -1,4 +1,4 @@
-//! libFuzzer target: bytes → an NCCL callback stream through the real exported `ncclProfiler_v4`
+//! libFuzzer target: bytes → an NCCL callback stream through the real exported `ncclProfiler_v1`
 //! … `_v7` table the first byte picks (decoder and checks in `../stream.rs`, shared with `tests/fuzz_callbacks.rs`).
 //!
 //! One thread and no telemetry thread, so a run is reproducible: the input's `Poll` ops drive the

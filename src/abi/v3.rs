@@ -1,0 +1,7 @@
+//! ABI v3 (NCCL 2.26): v2 without Coll `trafficBytes`, with KernelCh (no GPU time: declined)
+//! and NetPlugin (spec 8.4).
+
+use super::legacy::legacy_family;
+use crate::bindings::ncclProfilerEventDescr_v3_t;
+
+legacy_family!(ncclProfilerEventDescr_v3_t);
