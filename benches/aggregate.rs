@@ -71,6 +71,7 @@ fn window() -> Vec<Record> {
                 proto: Proto::Simple,
                 datatype: Datatype::Float32,
                 n_channels: channels,
+                graph: None,
             }),
         );
         w.push(coll, Body::Stop);
@@ -132,6 +133,7 @@ fn window() -> Vec<Record> {
                 proto: Proto::Ll,
                 datatype: Datatype::Int8,
                 n_channels: 1,
+                graph: None,
             }),
         );
         w.push(c, Body::Stop);

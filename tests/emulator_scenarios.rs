@@ -301,6 +301,46 @@ fn api_level_collectives_are_counted_where_the_table_can_see_them() {
     );
 }
 
+/// `graphCaptured` of the API events (2.28+) reaches the figures of the calls' collectives and
+/// sends as `graph`: through the v5+ tables; absent (`None`) where NCCL does not say (before
+/// 2.28, or through the v4 adapter).
+#[test]
+fn graph_capture_is_told_from_the_api_events() {
+    let (_serial, capture) = setup();
+    let plugin = Plugin::in_process();
+    let told = plugin.release().api_events() && plugin.driving() >= Version::V5;
+    for captured in [false, true] {
+        let net = Network::new(4, 2, Link::new_us(20.0, 10.0));
+        let calls = [Call::all_reduce(64 << 10), Call::all_to_all(16 << 10)];
+        let report = Workload::new(net)
+            .comm(CommSpec::new("graph", 0..4).channels(2).calls(calls))
+            .options(|o| o.captured = captured)
+            .run(&plugin);
+        let sends = report
+            .collectives
+            .iter()
+            .filter(|c| c.func != emulator::Func::Recv)
+            .count();
+        let ops = |w: &[WindowSummary]| {
+            let colls = w.iter().flat_map(|w| &w.colls).map(|g| g.ops.len());
+            colls
+                .chain(w.iter().flat_map(|w| &w.p2ps).map(|g| g.ops.len()))
+                .sum::<usize>()
+        };
+        let windows = summaries_until(capture, &report, |w| ops(w) >= sends);
+        assert_eq!(ops(&windows), sends);
+        let want = told.then_some(captured);
+        let colls = windows.iter().flat_map(|w| &w.colls).map(|g| g.key.graph);
+        let p2ps = windows.iter().flat_map(|w| &w.p2ps).map(|g| g.graph);
+        assert!(
+            colls.chain(p2ps).all(|g| g == want),
+            "graph {want:?} on NCCL {} through {}",
+            plugin.release(),
+            plugin.driving()
+        );
+    }
+}
+
 #[test]
 fn the_mask_decides_what_nccl_starts() {
     let (_serial, capture) = setup();

@@ -139,6 +139,7 @@ macro_rules! legacy_family {
                         proto: c.proto.proto(),
                         datatype: c.datatype.datatype(),
                         n_channels: c.nMaxChannels,
+                        graph: None,
                     })
                 }
             }
@@ -155,6 +156,7 @@ macro_rules! legacy_family {
                         count: p.count as u64,
                         peer: p.peer,
                         datatype: p.datatype.datatype(),
+                        graph: None,
                     };
                     Some((p.func.func(), start))
                 }

@@ -78,6 +78,10 @@ pub trait Descriptor {
     fn ce_coll(&self) -> Option<CollStart> {
         None
     }
+    /// `graphCaptured` of a CollApi or P2pApi (v5+).
+    fn api_graph(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Whether `ncclBroadcast` is counted from its CollApi event: set at `init` when the running NCCL
@@ -85,9 +89,26 @@ pub trait Descriptor {
 /// emits no Coll for it.
 pub static API_BROADCASTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The [`Descriptor::coll_api`] of a v5-to-v7 descriptor type, inside its impl.
+/// The [`Descriptor::coll_api`] and [`Descriptor::api_graph`] of a v5-to-v7 descriptor type,
+/// inside its impl.
 macro_rules! coll_api {
     () => {
+        fn api_graph(&self) -> Option<bool> {
+            // SAFETY: `type` says which member NCCL filled. `graphCaptured` is read as the byte
+            // it is: a value other than 0 or 1 (an adapter's garbage) must not become a `bool`.
+            unsafe {
+                let u = &self.__bindgen_anon_1;
+                let byte = if self.type_ == u64::from($crate::bindings::ncclProfileCollApi) {
+                    (&raw const u.collApi.graphCaptured).cast::<u8>().read()
+                } else if self.type_ == u64::from($crate::bindings::ncclProfileP2pApi) {
+                    (&raw const u.p2pApi.graphCaptured).cast::<u8>().read()
+                } else {
+                    return None;
+                };
+                Some(byte != 0)
+            }
+        }
+
         fn coll_api(&self) -> Option<$crate::record::CollStart> {
             use $crate::record::{Algo, CollStart, Datatype, Func, Proto};
             if self.type_ != u64::from($crate::bindings::ncclProfileCollApi) {
@@ -105,6 +126,7 @@ macro_rules! coll_api {
                     proto: Proto::Unknown,
                     datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
                     n_channels: 0,
+                    graph: self.api_graph(),
                 })
             }
         }
@@ -132,6 +154,7 @@ macro_rules! ce_coll {
                     proto: Proto::Unknown,
                     datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
                     n_channels: 0,
+                    graph: None, // its parent CollApi tells
                 })
             }
         }
@@ -241,6 +264,7 @@ macro_rules! api_family {
                         proto: Proto::from_bytes($crate::abi::c_bytes(c.proto)),
                         datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
                         n_channels: c.nChannels,
+                        graph: None, // its parent CollApi tells (v5+)
                     })
                 }
             }
@@ -258,6 +282,7 @@ macro_rules! api_family {
                         count: p.count as u64,
                         peer: p.peer,
                         datatype: Datatype::from_bytes($crate::abi::c_bytes(p.datatype)),
+                        graph: None, // its parent P2pApi tells (v5+)
                     };
                     Some((Func::from_bytes($crate::abi::c_bytes(p.func)), start))
                 }

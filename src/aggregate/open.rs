@@ -75,6 +75,7 @@ pub(super) enum GroupKey {
         datatype: Datatype,
         size_class: u8,
         tag: u64,
+        graph: Option<bool>,
     },
 }
 
@@ -87,12 +88,14 @@ impl GroupKey {
                 peer,
                 datatype,
                 size_class,
+                graph,
                 ..
             } => GroupKey::P2p {
                 peer,
                 datatype,
                 size_class,
                 tag,
+                graph,
             },
         }
     }

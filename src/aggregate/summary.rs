@@ -74,6 +74,8 @@ pub struct CollKey {
     pub size_class: u8,
     /// The application's tag (v7 `userTag`), 0 when untagged.
     pub tag: u64,
+    /// Made during a CUDA graph capture ([`crate::record::CollStart::graph`]).
+    pub graph: Option<bool>,
 }
 
 /// Collectives of one kind in the window.
@@ -98,6 +100,8 @@ pub struct P2pGroup {
     pub size_class: u8,
     /// The application's tag (v7 `userTag`), 0 when untagged.
     pub tag: u64,
+    /// Made during a CUDA graph capture ([`crate::record::CollStart::graph`]).
+    pub graph: Option<bool>,
     /// One sample per send released here.
     pub ops: Vec<OpSample>,
     /// Transfers of their linked ProxyOps, in step start order.

@@ -51,6 +51,7 @@ fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
         proto: Proto::Simple,
         datatype: Datatype::Float32,
         n_channels: 1,
+        graph: None,
     });
     comm.start(ID, Kind::Coll, None, ts, body).and_then(Handle::decode)
 }

@@ -198,6 +198,7 @@ impl Pipeline {
                 KeyValue::new("nccl.datatype", g.key.datatype.as_str()),
                 KeyValue::new("nccl.size_class", size_class_name(g.key.size_class)),
             ]);
+            attrs.extend(graph_attr(g.key.graph));
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             self.user_tag(&mut attrs, g.key.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
@@ -212,6 +213,7 @@ impl Pipeline {
                 KeyValue::new("nccl.datatype", g.datatype.as_str()),
                 KeyValue::new("nccl.size_class", size_class_name(g.size_class)),
             ]);
+            attrs.extend(graph_attr(g.graph));
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             self.user_tag(&mut attrs, g.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
@@ -446,6 +448,11 @@ impl telemetry::Pipeline for Pipeline {
         self.limiter.end_interval();
         Some(queue::enqueue(rm))
     }
+}
+
+/// `nccl.graph_captured`, when NCCL tells (2.28+).
+fn graph_attr(graph: Option<bool>) -> Option<KeyValue> {
+    graph.map(|g| KeyValue::new("nccl.graph_captured", g))
 }
 
 /// `nccl.comm.hash`, `nccl.comm.name`, `nccl.rank`, `nccl.nranks`.

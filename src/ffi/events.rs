@@ -29,10 +29,11 @@ pub(super) const UNTIMED: u64 = 0;
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
 
-/// Event types that are known but never recorded: ProxyCtrl, NetPlugin, GroupApi, P2pApi,
-/// KernelLaunch, CeSync and CeBatch. Group gets a handle of its own; CollApi is recorded for
-/// Broadcasts NCCL runs without task events, CeColl always.
-const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x100 | 0x400 | 0x800 | 0x2000 | 0x4000;
+/// Event types that are known but never recorded: ProxyCtrl, NetPlugin, GroupApi, KernelLaunch,
+/// CeSync and CeBatch. Group gets a handle of its own, CollApi and P2pApi one that tells their
+/// children `graphCaptured`; a CollApi is recorded for Broadcasts NCCL runs without task events,
+/// CeColl always.
+const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x100 | 0x800 | 0x2000 | 0x4000;
 
 /// # Safety
 /// `handle` is NULL or writable; `descr` is NULL or points to a descriptor NCCL filled for this
@@ -131,15 +132,17 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let api_broadcast = ty == u64::from(ncclProfileCollApi)
         && API_BROADCASTS.load(Ordering::Relaxed)
         && d.coll_api().is_some_and(|c| c.func == Func::Broadcast);
-    if ty == u64::from(ncclProfileCollApi) && !api_broadcast {
-        return declined();
-    }
     let (id, comm) = local(owner, context)?;
+    if !api_broadcast && let Some(graph) = d.api_graph() {
+        // A handle without a record: its children read `graphCaptured` from it.
+        return Some(no_record(id, Kind::Api, u32::from(graph)));
+    }
     if let Some((hash, rank)) = d.identity() {
         comm.identify(hash, rank);
     }
     // Collectives seen only at the API (Broadcast) or only as copy-engine work: no children.
-    if let Some(coll) = d.ce_coll().or_else(|| api_broadcast.then(|| d.coll_api()).flatten()) {
+    if let Some(mut coll) = d.ce_coll().or_else(|| api_broadcast.then(|| d.coll_api()).flatten()) {
+        coll.graph = coll.graph.or_else(|| api_graph(d.parent()));
         return tagged(
             comm,
             comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?,
@@ -147,23 +150,14 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         );
     }
     if ty == u64::from(ncclProfileGroup) {
-        STATS.declined.incr(); // a handle, but no record
-        return Some(
-            Handle {
-                comm: id,
-                window: 0,
-                epoch: 0,
-                kind: Kind::Group,
-                slot: 0,
-            }
-            .encode(),
-        );
+        return Some(no_record(id, Kind::Group, 0));
     }
     if ty == u64::from(ncclProfileColl) {
         let mut coll = d.coll()?;
         if d.symmetric() {
             coll.algo = Algo::Symmetric;
         }
+        coll.graph = api_graph(d.parent());
         return tagged(
             comm,
             comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?,
@@ -173,11 +167,36 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     if ty == u64::from(ncclProfileP2p) {
         return match d.p2p()? {
             (Func::Recv, _) => declined(),
-            (_, p2p) => tagged(comm, comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?, d.user_tag()),
+            (_, mut p2p) => {
+                p2p.graph = api_graph(d.parent());
+                tagged(comm, comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?, d.user_tag())
+            }
         };
     }
     STATS.unknown_types.incr();
     None
+}
+
+/// A handle with no record behind it (Group, CollApi/P2pApi) whose slot bits carry `value`;
+/// counted as declined.
+fn no_record(comm: CommId, kind: Kind, value: u32) -> u64 {
+    STATS.declined.incr();
+    Handle {
+        comm,
+        window: 0,
+        epoch: 0,
+        kind,
+        slot: value,
+    }
+    .encode()
+}
+
+/// `graphCaptured` of the API call whose handle is `parent` (v5+: the parent of Coll, P2p and
+/// CeColl); `None` for any other parent (before 2.28: the Group).
+fn api_graph(parent: u64) -> Option<bool> {
+    Handle::decode(parent)
+        .filter(|h| h.kind == Kind::Api)
+        .map(|h| h.slot == 1)
 }
 
 /// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7).
@@ -309,9 +328,9 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
         Handle::decode(handle as u64).is_some_and(|h| matches!(h.kind, Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
-        // Group has no record; a KernelPhase ends with its KernelPhaseStop.
+        // Group and API events have no record; a KernelPhase ends with its KernelPhaseStop.
         if let Some((h, comm)) =
-            event(owner, handle).filter(|(h, _)| !matches!(h.kind, Kind::Group | Kind::KernelPhase))
+            event(owner, handle).filter(|(h, _)| !matches!(h.kind, Kind::Group | Kind::Api | Kind::KernelPhase))
         {
             comm.append(h, ts, Body::Stop);
         }

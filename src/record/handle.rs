@@ -8,7 +8,7 @@
 //! | bits  | field          |
 //! |-------|----------------|
 //! | 0–20  | record slot    |
-//! | 21–23 | kind (1–8), low bits |
+//! | 21–23 | kind (1–9), low bits |
 //! | 24–35 | window epoch (low 12 bits) |
 //! | 36–37 | window index   |
 //! | 38–49 | comm generation (1–4095) |
@@ -58,6 +58,9 @@ pub enum Kind {
     RecvOp = 7,
     /// Kernel phase (v7): one of a kernel channel's initial sync, compute, final sync.
     KernelPhase = 8,
+    /// CollApi or P2pApi (v5+): a valid handle with no record behind it; its record slot holds
+    /// the call's `graphCaptured` (1) or not (0), which its Coll/P2p children read.
+    Api = 9,
 }
 
 impl Kind {
@@ -71,6 +74,7 @@ impl Kind {
             6 => Kind::KernelCh,
             7 => Kind::RecvOp,
             8 => Kind::KernelPhase,
+            9 => Kind::Api,
             _ => return None,
         })
     }
@@ -186,7 +190,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kind(i: u8) -> Kind {
-        Kind::from_bits(u64::from(i % 8 + 1)).unwrap()
+        Kind::from_bits(u64::from(i % 9 + 1)).unwrap()
     }
 
     proptest! {

@@ -29,6 +29,9 @@ pub struct CollStart {
     pub datatype: Datatype,
     /// Channels the collective uses.
     pub n_channels: u8,
+    /// Whether the call was made while its stream was being captured into a CUDA graph (v5+
+    /// `graphCaptured` of its API event); `None` when NCCL does not say (before 2.28).
+    pub graph: Option<bool>,
 }
 
 /// Start of a point-to-point send (`P2p` event; receives are declined).
@@ -40,6 +43,8 @@ pub struct P2pStart {
     pub peer: i32,
     /// Element type.
     pub datatype: Datatype,
+    /// As [`CollStart::graph`].
+    pub graph: Option<bool>,
 }
 
 /// Start of a proxy operation (`ProxyOp` event): a network send, or a receive of one of our

@@ -978,10 +978,12 @@ impl Plugin {
     }
 
     /// GroupApi start (2.28+: the first call of an outermost group, `depth` 1 for an implicit
-    /// group, 2 inside `ncclGroupStart`) and its GroupStartApiStop state.
-    pub fn group_api(&self, c: &Comm, depth: i32) -> H {
+    /// group, 2 inside `ncclGroupStart`; `captured` during a CUDA graph capture) and its
+    /// GroupStartApiStop state.
+    pub fn group_api(&self, c: &Comm, depth: i32, captured: bool) -> H {
         let mut d = descr(ty::GROUP_API, H::NULL, 0);
         d.__bindgen_anon_1.groupApi.groupDepth = depth;
+        d.__bindgen_anon_1.groupApi.graphCaptured = captured;
         let h = self.start(c.context, &mut d);
         if !h.is_null() {
             self.group_api_state(h, ty::GROUP_START_API_STOP);
@@ -990,8 +992,8 @@ impl Plugin {
     }
 
     /// A CollApi (`ty::COLL_API`) or P2pApi event of one API call under the GroupApi `parent`,
-    /// with the call's tag (2.31): started and stopped within the call (2.28+); returns its
-    /// (stopped) handle, the parent of the call's Coll/P2p.
+    /// with the call's tag (2.31) and whether its stream is being captured: started and stopped
+    /// within the call (2.28+); returns its (stopped) handle, the parent of the call's Coll/P2p.
     #[allow(clippy::too_many_arguments)]
     pub fn api_call(
         &self,
@@ -1001,7 +1003,7 @@ impl Plugin {
         func: *const c_char,
         count: usize,
         dtype: *const c_char,
-        tag: u64,
+        (tag, captured): (u64, bool),
     ) -> H {
         let mut d = descr(ty, parent, 0);
         // SAFETY: writing the union member that matches `type`.
@@ -1009,9 +1011,11 @@ impl Plugin {
             if ty == self::ty::COLL_API {
                 let a = &mut d.__bindgen_anon_1.collApi;
                 (a.func, a.count, a.datatype, a.userTag) = (func, count, dtype, tag);
+                a.graphCaptured = captured;
             } else {
                 let a = &mut d.__bindgen_anon_1.p2pApi;
                 (a.func, a.count, a.datatype, a.userTag) = (func, count, dtype, tag);
+                a.graphCaptured = captured;
             }
         }
         let h = self.start(c.context, &mut d);

@@ -52,6 +52,8 @@ pub struct CollTruth {
     pub tag: u64,
     /// Run by the copy engines: CeColl events only.
     pub ce: bool,
+    /// Made during a CUDA graph capture ([`super::Options::captured`]).
+    pub captured: bool,
 }
 
 impl CollTruth {

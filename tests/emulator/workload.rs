@@ -424,6 +424,9 @@ pub struct Options {
     /// the step to the network and its SendWait callback, which then comes just before the
     /// stop: the plugin sees a transfer far shorter than the network made it (host noise).
     pub preempt_every: u64,
+    /// Every call is made while its stream is captured into a CUDA graph, which is replayed
+    /// once at once: the API events say `graphCaptured` (2.28+) and the rest comes as usual.
+    pub captured: bool,
 }
 
 impl Default for Options {
@@ -443,6 +446,7 @@ impl Default for Options {
             kernel_skew: Duration::from_micros(4),
             realtime: true,
             preempt_every: 0,
+            captured: false,
         }
     }
 }
@@ -738,6 +742,7 @@ impl Workload {
                     pxn: false,
                     tag: 0,
                     ce: false,
+                    captured: self.options.captured,
                 }
             };
         match *call {
@@ -754,7 +759,7 @@ impl Workload {
                 // 2.28+: the API events, on the user thread at the call (spec 3.4 steps 1–5).
                 let api = plugin.release().api_events();
                 let group_api = if api && mask::group_api(m) {
-                    plugin.group_api(&inst.comm, 1)
+                    plugin.group_api(&inst.comm, 1, self.options.captured)
                 } else {
                     H::NULL
                 };
@@ -766,7 +771,7 @@ impl Workload {
                         func.cname().as_ptr(),
                         count as usize,
                         dtype.cname().as_ptr(),
-                        tag,
+                        (tag, self.options.captured),
                     )
                 } else {
                     H::NULL
@@ -901,7 +906,7 @@ impl Workload {
         // 2.28+: GroupApi (a user group) and one P2pApi per call, at the calls (spec 3.5).
         let api = plugin.release().api_events();
         let group_api = if api && mask::group_api(m) {
-            plugin.group_api(&inst.comm, 2)
+            plugin.group_api(&inst.comm, 2, self.options.captured)
         } else {
             H::NULL
         };
@@ -921,7 +926,7 @@ impl Workload {
                         func.cname().as_ptr(),
                         count as usize,
                         dtype.cname().as_ptr(),
-                        tag,
+                        (tag, self.options.captured),
                     )
                 } else {
                     H::NULL

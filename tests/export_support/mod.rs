@@ -526,11 +526,10 @@ pub fn check_catalogue(reqs: &[ExportMetricsServiceRequest]) {
                 "{}: attributes {:?} not documented ({keys:?})",
                 m.name, p.attrs
             );
-            // A reason only where there is one; a tag only on tagged operations.
-            let required: Vec<&String> = keys
-                .iter()
-                .filter(|k| !["nccl.reason", "nccl.user_tag"].contains(&k.as_str()))
-                .collect();
+            // A reason only where there is one; a tag only on tagged operations; graph capture
+            // only where NCCL tells (2.28+).
+            let optional = ["nccl.reason", "nccl.user_tag", "nccl.graph_captured"];
+            let required: Vec<&String> = keys.iter().filter(|k| !optional.contains(&k.as_str())).collect();
             if !m.name.starts_with("nccl.profiler.") {
                 assert!(
                     required.iter().all(|k| p.attrs.contains_key(*k)),

@@ -371,6 +371,7 @@ const KERNEL_CH: u8 = 0x40;
 const NET_PLUGIN: u8 = 0x80;
 /// Types of the v5+ tables only (a v4 descriptor's `type` is a `u8`).
 const COLL_API: u64 = 0x200;
+const P2P_API: u64 = 0x400;
 const CE_COLL: u64 = 0x1000;
 const KERNEL_PHASE: u64 = 0x8000;
 const KERNEL_PHASE_STOP: u32 = 31;
@@ -428,7 +429,9 @@ fn natural_target(state: u32) -> Option<Kind> {
 
 fn kind_of(ty: u64) -> Option<Kind> {
     match ty {
+        // A CollApi is a Coll when it is a Broadcast on NCCL's AllGatherV path, else an Api.
         COLL_API | CE_COLL => return Some(Kind::Coll),
+        P2P_API => return Some(Kind::Api),
         KERNEL_PHASE => return Some(Kind::KernelPhase),
         _ => {}
     }
@@ -931,12 +934,16 @@ impl Run {
             let decoded = Handle::decode(h).expect("a handle we were given decodes");
             // A receive ProxyOp gets a kind of its own.
             let kind = Some(decoded.kind).map(|k| if k == Kind::RecvOp { Kind::ProxyOp } else { k });
-            assert_eq!(kind, ty.and_then(kind_of), "handle kind matches the event type");
+            let api = ty == Some(COLL_API) && kind == Some(Kind::Api);
+            assert!(
+                api || kind == ty.and_then(kind_of),
+                "handle kind {kind:?} matches the event type {ty:?}"
+            );
             assert!(
                 comm::get(decoded.comm).is_some(),
                 "a new handle names a live communicator"
             );
-            if decoded.kind == Kind::Group {
+            if matches!(decoded.kind, Kind::Group | Kind::Api) {
                 self.tally.group_handles.fetch_add(1, Relaxed);
             } else {
                 self.tally.recorded_starts.fetch_add(1, Relaxed);
@@ -988,7 +995,7 @@ impl Run {
         self.call();
         if Handle::decode(handle)
             .filter(|h| comm::get(h.comm).is_some())
-            .is_some_and(|h| matches!(h.kind, Kind::Group | Kind::KernelPhase))
+            .is_some_and(|h| matches!(h.kind, Kind::Group | Kind::Api | Kind::KernelPhase))
         {
             self.tally.silent.fetch_add(1, Relaxed);
         }
@@ -1118,6 +1125,7 @@ impl Run {
             9 => KERNEL_CH.into(),
             10 => NET_PLUGIN.into(),
             11 => 0,
+            12 if wide_types => P2P_API,
             12 => 0x3,
             13 if wide_types => COLL_API,
             14 if wide_types => CE_COLL,

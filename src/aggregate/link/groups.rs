@@ -55,6 +55,7 @@ impl Pass<'_> {
                 datatype,
                 size_class,
                 tag,
+                graph,
             } => {
                 let p2ps = &mut self.p2ps;
                 GroupIx::P2p(*self.p2p_ix.entry(key).or_insert_with(|| {
@@ -63,6 +64,7 @@ impl Pass<'_> {
                         datatype,
                         size_class,
                         tag,
+                        graph,
                         ops: Vec::new(),
                         transfers: Vec::new(),
                     });

@@ -334,6 +334,7 @@ impl<'a> Pass<'a> {
                             datatype: c.datatype,
                             size_class: bytes.map_or(UNKNOWN_CLASS, size_class),
                             tag: 0,
+                            graph: c.graph,
                         });
                         self.add_root(i, rec.ts, key, bytes.unwrap_or(0), u32::from(c.n_channels));
                     }
@@ -344,6 +345,7 @@ impl<'a> Pass<'a> {
                             datatype: p.datatype,
                             size_class: size_class(bytes),
                             tag: 0,
+                            graph: p.graph,
                         };
                         self.add_root(i, rec.ts, key, bytes, 0);
                     }
@@ -858,6 +860,7 @@ mod tests {
             proto: Proto::Simple,
             datatype,
             n_channels: 2,
+            graph: None,
         })
     }
 
@@ -892,6 +895,7 @@ mod tests {
             datatype,
             size_class: size_class(bytes),
             tag: 0,
+            graph: None,
         }
     }
 
@@ -1004,6 +1008,7 @@ mod tests {
                 count: 256,
                 peer: 5,
                 datatype: Datatype::Float64,
+                graph: None,
             }),
         );
         w.stop(p, 1_002);
@@ -1021,6 +1026,7 @@ mod tests {
                 datatype: Datatype::Float64,
                 size_class: size_class(2048),
                 tag: 0,
+                graph: None,
                 ops: vec![OpSample {
                     bytes: 2048,
                     duration: Some(100.0 / 1024.0),
@@ -1507,6 +1513,7 @@ mod tests {
                     count: 1,
                     peer: 4 - peer,
                     datatype: dt,
+                    graph: None,
                 }),
             );
             w.stop(p, ts + 11);
