@@ -177,6 +177,7 @@ fn summarize_all(records: &[Record], meta: &CommMeta) -> WindowSummary {
         settled: 1,
         flush: true,
         lost_held: false,
+        drops: 0,
     };
     summarize(sealed, meta, 1e-9, &mut OpenOps::new(Duration::ZERO), at)
 }

@@ -89,6 +89,11 @@ pub trait Descriptor {
 /// emits no Coll for it.
 pub static API_BROADCASTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether every other collective's CollApi (not graph-captured) is recorded, for a Coll or CeColl
+/// to claim: set at `init` on NCCL 2.29 and 2.30, which run symmetric-memory collectives with
+/// their API events only (spec 3.12); one NCCL 2.31 emits a Coll for (spec 7.3.5).
+pub static API_CALLS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The [`Descriptor::coll_api`] and [`Descriptor::api_graph`] of a v5-to-v7 descriptor type,
 /// inside its impl.
 macro_rules! coll_api {

@@ -13,6 +13,10 @@
 //!   merged when it is, counted as orphans when nothing claims them in time.
 //! - `ops`: ProxyOps of processed windows, kept as long as held operations, so that a step
 //!   recorded later still names its rank pair, channel and operation.
+//! - `apis`: recorded API calls (NCCL 2.29–2.30) no Coll or CeColl has claimed yet. One still
+//!   unclaimed after `pending_ttl` (longer than any launch takes after its call) is a collective
+//!   NCCL ran with its API events only, released without times; unless the communicator
+//!   dropped records meanwhile (its claim may be among them): then it is counted unfinished.
 //!
 //! Pure: the caller passes the time. Called on: the telemetry thread (or `finalize`).
 #![forbid(unsafe_code)]
@@ -42,6 +46,9 @@ pub struct Frontier {
     /// Children of held operations were dropped for lack of room: every held operation loses
     /// its times (which ones is not known).
     pub lost_held: bool,
+    /// Records the communicator dropped so far (all reasons): an API call whose claim may be
+    /// among them is not reported.
+    pub drops: u64,
 }
 
 /// When a held entry may leave.
@@ -237,6 +244,8 @@ pub struct OpenOps {
     pub(super) held: HashMap<u64, (Root, Until)>,
     pub(super) pending: HashMap<u64, Pending>,
     pub(super) ops: HashMap<u64, (OpInfo, Until)>,
+    /// Unclaimed API calls: the collective each would be, until when, drops when held.
+    pub(super) apis: HashMap<u64, (Root, Instant, u64)>,
     /// How long children wait for their operation's window (at least [`HOLD`]).
     pub(super) pending_ttl: Duration,
     /// The earliest deadline of any entry (none when empty).
@@ -294,6 +303,18 @@ impl OpenOps {
         })
     }
 
+    /// Holds the unclaimed API call `handle` (the collective `root`) for its Coll or CeColl.
+    pub(super) fn hold_api(&mut self, handle: u64, root: Root, at: &Frontier) {
+        let until = at.now + self.pending_ttl;
+        self.deadline(until);
+        self.apis.insert(handle, (root, until, at.drops));
+    }
+
+    /// A Coll or CeColl served the API call `handle` (nothing when it is not held).
+    pub(super) fn claim_api(&mut self, handle: u64) {
+        self.apis.remove(&handle);
+    }
+
     /// Takes the children recorded for `root` before it was processed into it; their transfers.
     pub(super) fn claim(&mut self, handle: u64, root: &mut Root) -> Vec<Transfer> {
         match self.pending.remove(&handle) {
@@ -305,20 +326,30 @@ impl OpenOps {
         }
     }
 
-    /// Removes what is due at `at`: released operations, and the number of children nothing
-    /// claimed.
-    pub(super) fn release(&mut self, at: &Frontier) -> (Vec<Root>, u64) {
+    /// Removes what is due at `at`: released operations (API-only collectives included), the
+    /// number of children nothing claimed, and of API calls not reported for drops.
+    pub(super) fn release(&mut self, at: &Frontier) -> (Vec<Root>, u64, u64) {
         let ready: Vec<u64> = self
             .held
             .iter()
             .filter(|(_, (r, until))| r.p.open() || at.due(*until))
             .map(|(h, _)| *h)
             .collect();
-        let roots = ready
+        let mut roots: Vec<Root> = ready
             .iter()
             .filter_map(|h| self.held.remove(h))
             .map(|(r, _)| r)
             .collect();
+        let mut unsure = 0;
+        self.apis.retain(|_, (root, until, drops)| {
+            let keep = !(at.flush || *until <= at.now);
+            if !keep && *drops == at.drops {
+                roots.push(root.clone());
+            } else if !keep {
+                unsure += 1;
+            }
+            keep
+        });
         let mut orphans = 0;
         self.pending.retain(|_, c| {
             let keep = !(at.flush || c.until <= at.now);
@@ -331,7 +362,8 @@ impl OpenOps {
         let held = self.held.values().map(|(_, until)| until.time);
         let pending = self.pending.values().map(|c| c.until);
         let ops = self.ops.values().map(|(_, until)| until.time);
-        self.earliest = held.chain(pending).chain(ops).min();
-        (roots, orphans)
+        let apis = self.apis.values().map(|(_, until, _)| *until);
+        self.earliest = held.chain(pending).chain(ops).chain(apis).min();
+        (roots, orphans, unsure)
     }
 }

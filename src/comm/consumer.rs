@@ -344,6 +344,10 @@ impl Comm {
             settled,
             flush,
             lost_held: self.lost_held.swap(false, Ordering::Relaxed),
+            drops: {
+                let d = self.drop_counts();
+                d.full + d.late + d.unpublished
+            },
         }
     }
 

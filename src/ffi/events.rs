@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
-use crate::abi::{API_BROADCASTS, Descriptor, StateArgs, legacy};
+use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, StateArgs, legacy};
 use crate::aggregate::PHASES;
 use crate::bindings::{
     ncclProfileColl, ncclProfileCollApi, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p,
@@ -134,6 +134,14 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         && d.coll_api().is_some_and(|c| c.func == Func::Broadcast);
     let (id, comm) = local(owner, context)?;
     if !api_broadcast && let Some(graph) = d.api_graph() {
+        // 2.29–2.30: a collective's call is recorded; its Coll or CeColl will claim it, unless
+        // NCCL runs it with API events only (a graph's calls are claimed at its replays).
+        if !graph
+            && API_CALLS.load(Ordering::Relaxed)
+            && let Some(call) = d.coll_api()
+        {
+            return comm.start(id, Kind::ApiCall, None, UNTIMED, Body::Api(call));
+        }
         // A handle without a record: its children read `graphCaptured` from it.
         return Some(no_record(id, Kind::Api, u32::from(graph)));
     }
@@ -143,11 +151,8 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     // Collectives seen only at the API (Broadcast) or only as copy-engine work: no children.
     if let Some(mut coll) = d.ce_coll().or_else(|| api_broadcast.then(|| d.coll_api()).flatten()) {
         coll.graph = coll.graph.or_else(|| api_graph(d.parent()));
-        return tagged(
-            comm,
-            comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?,
-            d.user_tag(),
-        );
+        let handle = comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?;
+        return annotated(comm, handle, d.user_tag(), d.parent());
     }
     if ty == u64::from(ncclProfileGroup) {
         return Some(no_record(id, Kind::Group, 0));
@@ -158,18 +163,16 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             coll.algo = Algo::Symmetric;
         }
         coll.graph = api_graph(d.parent());
-        return tagged(
-            comm,
-            comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?,
-            d.user_tag(),
-        );
+        let handle = comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?;
+        return annotated(comm, handle, d.user_tag(), d.parent());
     }
     if ty == u64::from(ncclProfileP2p) {
         return match d.p2p()? {
             (Func::Recv, _) => declined(),
             (_, mut p2p) => {
                 p2p.graph = api_graph(d.parent());
-                tagged(comm, comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?, d.user_tag())
+                let handle = comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?;
+                annotated(comm, handle, d.user_tag(), d.parent())
             }
         };
     }
@@ -194,17 +197,26 @@ fn no_record(comm: CommId, kind: Kind, value: u32) -> u64 {
 /// `graphCaptured` of the API call whose handle is `parent` (v5+: the parent of Coll, P2p and
 /// CeColl); `None` for any other parent (before 2.28: the Group).
 fn api_graph(parent: u64) -> Option<bool> {
-    Handle::decode(parent)
-        .filter(|h| h.kind == Kind::Api)
-        .map(|h| h.slot == 1)
+    match Handle::decode(parent)? {
+        h if h.kind == Kind::Api => Some(h.slot == 1),
+        h if h.kind == Kind::ApiCall => Some(false), // only calls outside a capture are recorded
+        _ => None,
+    }
 }
 
-/// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7).
-fn tagged(comm: &Comm, handle: u64, tag: u64) -> Option<u64> {
-    if tag != 0
+/// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7),
+/// and a Claim when its parent is a recorded API call.
+fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
+    let api = Handle::decode(parent).is_some_and(|p| p.kind == Kind::ApiCall);
+    if (tag != 0 || api)
         && let Some(h) = Handle::decode(handle)
     {
-        comm.append(h, UNTIMED, Body::Tag { tag });
+        if tag != 0 {
+            comm.append(h, UNTIMED, Body::Tag { tag });
+        }
+        if api {
+            comm.append(h, UNTIMED, Body::Claim { api: parent });
+        }
     }
     Some(handle)
 }
@@ -328,10 +340,10 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
         Handle::decode(handle as u64).is_some_and(|h| matches!(h.kind, Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
-        // Group and API events have no record; a KernelPhase ends with its KernelPhaseStop.
-        if let Some((h, comm)) =
-            event(owner, handle).filter(|(h, _)| !matches!(h.kind, Kind::Group | Kind::Api | Kind::KernelPhase))
-        {
+        // Group and API events are not stopped in records; a KernelPhase ends with its
+        // KernelPhaseStop.
+        let unstopped = |h: &Handle| matches!(h.kind, Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase);
+        if let Some((h, comm)) = event(owner, handle).filter(|(h, _)| !unstopped(h)) {
             comm.append(h, ts, Body::Stop);
         }
     })

@@ -72,8 +72,9 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
 /// what comes with the configured mask: CeColl with Coll from v6 (copy-engine collectives have
 /// no other event); on v7, whether the fields only NCCL 2.31's layout has are read
 /// (`NCCL_PROFILER_OTEL_V7_EXTENSIONS`) and, when they are, KernelPhase with KernelCh (the GPU
-/// pays for phases with KernelCh on 2.31, spec 7.3.1); and whether Broadcast is counted from its
-/// API event (NCCL's AllGatherV path, 2.29+, spec 3.12). On v1–v3 the bytes are in ProxyOp
+/// pays for phases with KernelCh on 2.31, spec 7.3.1); whether Broadcast is counted from its
+/// API event (NCCL's AllGatherV path, 2.29+, spec 3.12); and whether CollApis are recorded for
+/// the symmetric-memory collectives 2.29 and 2.30 run with API events only. On v1–v3 the bytes are in ProxyOp
 /// states and no GPU time exists (spec 8.7): ProxyOp replaces ProxyStep, KernelCh is not
 /// requested.
 fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
@@ -85,6 +86,9 @@ fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
     let allgatherv = nccl.map_or(abi >= 6, |v| v >= NcclVersion::new(2, 29, 0))
         && std::env::var("NCCL_ALLGATHERV_ENABLE").map_or(true, |v| v.trim() != "0");
     abi::API_BROADCASTS.store(abi >= 5 && allgatherv, Ordering::Relaxed);
+    // 2.29 and 2.30 (a release that chose v6 when it cannot be named).
+    let api_only = nccl.map_or(abi == 6, |v| v.major == 2 && (29..=30).contains(&v.minor));
+    abi::API_CALLS.store(abi >= 5 && api_only, Ordering::Relaxed);
     let mut mask = config.event_mask;
     if abi <= 3 {
         if mask & PROXY_STEP != 0 {

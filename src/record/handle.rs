@@ -8,7 +8,7 @@
 //! | bits  | field          |
 //! |-------|----------------|
 //! | 0–20  | record slot    |
-//! | 21–23 | kind (1–9), low bits |
+//! | 21–23 | kind (1–10), low bits |
 //! | 24–35 | window epoch (low 12 bits) |
 //! | 36–37 | window index   |
 //! | 38–49 | comm generation (1–4095) |
@@ -61,6 +61,9 @@ pub enum Kind {
     /// CollApi or P2pApi (v5+): a valid handle with no record behind it; its record slot holds
     /// the call's `graphCaptured` (1) or not (0), which its Coll/P2p children read.
     Api = 9,
+    /// A CollApi recorded (NCCL 2.29–2.30, not graph-captured): a collective NCCL may run with
+    /// its API events only; its Coll or CeColl claims it.
+    ApiCall = 10,
 }
 
 impl Kind {
@@ -75,6 +78,7 @@ impl Kind {
             7 => Kind::RecvOp,
             8 => Kind::KernelPhase,
             9 => Kind::Api,
+            10 => Kind::ApiCall,
             _ => return None,
         })
     }
@@ -190,7 +194,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kind(i: u8) -> Kind {
-        Kind::from_bits(u64::from(i % 9 + 1)).unwrap()
+        Kind::from_bits(u64::from(i % 10 + 1)).unwrap()
     }
 
     proptest! {
@@ -230,7 +234,8 @@ mod tests {
         };
         assert_eq!(Handle::decode(h.encode() & !(7 << KIND_SHIFT)), None);
         assert_eq!(Handle::decode(h.encode() | 1 << 63), None);
-        assert_eq!(Handle::decode(h.encode() | 1 << 62), None, "kind 10 does not exist");
+        let p2p = Handle { kind: Kind::P2p, ..h }.encode();
+        assert_eq!(Handle::decode(p2p | 1 << 62), None, "kind 11 does not exist");
         assert_eq!(Context::decode(h.encode() | 1 << 62), None);
     }
 }

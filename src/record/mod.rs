@@ -147,6 +147,16 @@ pub enum Body {
         /// GPU stop time (`%globaltimer`, ns).
         gpu_stop: u64,
     },
+    /// A collective's API call (CollApi, NCCL 2.29–2.30, not graph-captured): a collective of
+    /// its own unless a Coll or CeColl claims it (NCCL runs symmetric-memory collectives with
+    /// their API events only).
+    Api(CollStart),
+    /// The Coll or CeColl this record names serves the API call `api` (an [`Body::Api`]'s
+    /// handle).
+    Claim {
+        /// Handle of the API call.
+        api: u64,
+    },
     /// The event stopped.
     Stop,
 }

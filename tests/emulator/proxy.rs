@@ -743,11 +743,12 @@ impl<'a> Proxy<'a> {
         if !op.handle.is_null() {
             self.plugin.stop(op.handle);
         }
+        let call = t.elapsed();
         op.done = true;
         let key = (op.plan.world_peer, op.plan.channel, op.plan.kind == OpKind::Send);
         self.slot_totals.insert(key, op.total);
-        if !op.plan.pxn {
-            truth.last_op_stop = Some(truth.last_op_stop.map_or(t, |e| e.max(t)));
+        if !op.plan.pxn && truth.last_op_stop.is_none_or(|e| t >= e) {
+            (truth.last_op_stop, truth.stop_call) = (Some(t), call);
         }
         truth.end = Some(truth.end.map_or(t, |e| e.max(t)));
     }

@@ -40,6 +40,8 @@ pub struct CollTruth {
     /// Right before the last `stopEvent` of a local network ProxyOp of this task, send or
     /// receive (PXN ops excluded: another process reports them). `None` without such ops.
     pub last_op_stop: Option<Instant>,
+    /// How long that `stopEvent` call took (as `start_call` for the start).
+    pub stop_call: Duration,
     /// When the last of its proxy or kernel activity ended (receives included).
     pub end: Option<Instant>,
     /// Earliest KernelCh start and latest KernelCh stop, GPU nanoseconds, when KernelCh ran.
@@ -52,6 +54,8 @@ pub struct CollTruth {
     pub tag: u64,
     /// Run by the copy engines: CeColl events only.
     pub ce: bool,
+    /// Run by a symmetric-memory kernel ([`super::Call::symmetric`]).
+    pub sym: bool,
     /// Made during a CUDA graph capture ([`super::Options::captured`]).
     pub captured: bool,
 }

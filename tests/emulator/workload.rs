@@ -189,6 +189,11 @@ pub enum Call {
         /// Run by the copy engines (zero-CTA policy in an NVLink domain, NCCL 2.29+, spec 3.11):
         /// CeColl events instead of Coll, no proxy ops, no kernel.
         ce: bool,
+        /// Run by a symmetric-memory kernel (registered windows in an NVLink domain): 2.29 and
+        /// 2.30 emit its API events only (spec 3.12), 2.31 a Coll with `isSymColl` and its
+        /// kernel's name as algorithm (7.2.6, 7.3.5) and KernelCh; no proxy ops. Earlier
+        /// releases run it as usual (what 2.27/2.28 emit for them is unverified, spec 8.9).
+        sym: bool,
     },
     /// In one group: send to `rank + shift`, receive from `rank - shift` (a pipeline stage).
     /// Plain `ncclSend`/`ncclRecv` have no tag.
@@ -209,6 +214,7 @@ impl Call {
             proto: Proto::Simple,
             tag: 0,
             ce: false,
+            sym: false,
         }
     }
 
@@ -259,6 +265,14 @@ impl Call {
     pub fn copy_engine(mut self) -> Call {
         if let Call::Coll { ce, .. } = &mut self {
             *ce = true;
+        }
+        self
+    }
+
+    /// The same collective run by a symmetric-memory kernel.
+    pub fn symmetric(mut self) -> Call {
+        if let Call::Coll { sym, .. } = &mut self {
+            *sym = true;
         }
         self
     }
@@ -735,6 +749,7 @@ impl Workload {
                     nranks: n,
                     start: start.0,
                     start_call: start.1 - start.0,
+                    stop_call: Duration::ZERO,
                     last_op_stop: None,
                     end: None,
                     gpu: None,
@@ -742,6 +757,7 @@ impl Workload {
                     pxn: false,
                     tag: 0,
                     ce: false,
+                    sym: false,
                     captured: self.options.captured,
                 }
             };
@@ -755,6 +771,7 @@ impl Workload {
                 proto,
                 tag,
                 ce,
+                sym,
             } => {
                 // 2.28+: the API events, on the user thread at the call (spec 3.4 steps 1–5).
                 let api = plugin.release().api_events();
@@ -776,7 +793,8 @@ impl Workload {
                 } else {
                     H::NULL
                 };
-                let api_only = func == Func::Broadcast && self.options.broadcast_as_allgatherv;
+                let api_only = (func == Func::Broadcast && self.options.broadcast_as_allgatherv)
+                    || (sym && plugin.release().copy_engine() && !plugin.release().profiler_thread());
                 let copy_engine = ce && plugin.release().copy_engine();
                 if api_only || copy_engine {
                     if !group_api.is_null() {
@@ -807,6 +825,7 @@ impl Workload {
                         truth: CollTruth {
                             tag,
                             ce: copy_engine,
+                            sym,
                             ..truth(func, 0, None, count, dtype, (start, start))
                         },
                         ops: Vec::new(),
@@ -836,6 +855,22 @@ impl Workload {
                 if api {
                     d.parentObj = coll_api.0;
                 }
+                // 2.31: a symmetric kernel's Coll names the kernel and overwrites the algorithm
+                // with the name's tail and the protocol with "" (spec 7.2.6).
+                let symmetric = sym && plugin.release().profiler_thread();
+                if symmetric {
+                    let variant = match func {
+                        Func::AllReduce => "AllReduce_AGxLL_R",
+                        Func::AllGather => "AllGather_STMC",
+                        Func::ReduceScatter => "ReduceScatter_LD",
+                        _ => "Broadcast_ST",
+                    };
+                    let tail = variant.split_once('_').map_or("", |(_, t)| t);
+                    // SAFETY: writing the union member that matches `type`.
+                    let c = unsafe { &mut d.__bindgen_anon_1.coll };
+                    (c.isSymColl, c.kernelVariant) = (true, plugin::cstr(variant));
+                    (c.algo, c.proto) = (plugin::cstr(tail), plugin::cstr(""));
+                }
                 let start = Instant::now();
                 // Before 2.28 a task event needs a Group handle (spec 8.1).
                 let root_h = if mask::coll(m) && (api || !group.is_null()) {
@@ -844,7 +879,12 @@ impl Workload {
                     H::NULL
                 };
                 let started = (start, Instant::now());
-                let (ops, kernels) = self.plan_coll(inst, w, func, count * dtype.size(), root, (algo, proto), m);
+                let (ops, kernels) = if symmetric {
+                    // NVLink only: no proxy ops; one kernel channel per channel.
+                    (Vec::new(), self.plan_kernels(inst, count * dtype.size(), m, |_| false))
+                } else {
+                    self.plan_coll(inst, w, func, count * dtype.size(), root, (algo, proto), m)
+                };
                 if !root_h.is_null() {
                     plugin.stop(root_h);
                 }
@@ -860,6 +900,7 @@ impl Workload {
                     launch: start,
                     truth: CollTruth {
                         tag,
+                        sym,
                         ..truth(func, seq, None, count, dtype, started)
                     },
                     ops,
@@ -960,22 +1001,7 @@ impl Workload {
             };
             let started = (start, Instant::now());
             let ops = self.plan_p2p(inst, w, func, peer, count * dtype.size());
-            let kernels = if mask::kernel_ch(m) {
-                let per_channel = count * dtype.size() / u64::from(nch);
-                (0..nch)
-                    .map(|c| KernelPlan {
-                        channel: c,
-                        end: if ops.iter().any(|o| o.channel == c) {
-                            KernelEnd::AfterOps
-                        } else {
-                            KernelEnd::After(self.net.gpu_time(per_channel) + Duration::from_micros(5))
-                        },
-                        ll: false,
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            let kernels = self.plan_kernels(inst, count * dtype.size(), m, |c| ops.iter().any(|o| o.channel == c));
             tasks.push((
                 h,
                 Task {
@@ -1009,6 +1035,27 @@ impl Workload {
             inst.tx.send(task).expect("proxy alive");
         }
         n
+    }
+
+    /// One kernel channel per channel of `inst` when the mask asks: it ends with its network ops
+    /// when `networked` says it has some, else after the GPU time of its share of `bytes`.
+    fn plan_kernels(&self, inst: &Instance<'_>, bytes: u64, m: i32, networked: impl Fn(u8) -> bool) -> Vec<KernelPlan> {
+        if !mask::kernel_ch(m) {
+            return Vec::new();
+        }
+        let nch = inst.spec.channels;
+        let per_channel = bytes / u64::from(nch);
+        (0..nch)
+            .map(|c| KernelPlan {
+                channel: c,
+                end: if networked(c) {
+                    KernelEnd::AfterOps
+                } else {
+                    KernelEnd::After(self.net.gpu_time(per_channel) + Duration::from_micros(5))
+                },
+                ll: false,
+            })
+            .collect()
     }
 
     /// Proxy ops and kernel channels of a collective on rank `inst.rank`.

@@ -23,7 +23,8 @@
 //!           + silently ignored calls (Group stops; states NCCL defines for the event's type
 //!             that the plugin does not use)
 //!           + successful inits + successful finalizes
-//!           − the InProgress records v1–v3 receive-op starts add (NCCL has no such state there)
+//!           − the records starts add (InProgress at v1–v3 receive ops, NCCL has no such state
+//!             there; Claim at a Coll/P2p under a recorded API call)
 //! ```
 //!
 //! The last three terms have no counter in the plugin: the runner tallies them from the handle
@@ -158,7 +159,8 @@ struct Tally {
     inits: AtomicU64,
     finalizes: AtomicU64,
     recorded_starts: AtomicU64,
-    /// InProgress records the plugin adds at v1–v3 receive-op starts.
+    /// Records the plugin adds to a start: InProgress at v1–v3 receive-op starts, Claim at a
+    /// Coll/P2p under a recorded API call.
     added: AtomicU64,
 }
 
@@ -907,6 +909,7 @@ impl Run {
         null_handle: bool,
     ) -> u64 {
         self.call();
+        let parent = descr.as_ref().map(|d| d.parentObj as u64);
         let mut legacy = descr
             .as_ref()
             .filter(|_| self.abi.legacy())
@@ -934,7 +937,7 @@ impl Run {
             let decoded = Handle::decode(h).expect("a handle we were given decodes");
             // A receive ProxyOp gets a kind of its own.
             let kind = Some(decoded.kind).map(|k| if k == Kind::RecvOp { Kind::ProxyOp } else { k });
-            let api = ty == Some(COLL_API) && kind == Some(Kind::Api);
+            let api = ty == Some(COLL_API) && matches!(kind, Some(Kind::Api | Kind::ApiCall));
             assert!(
                 api || kind == ty.and_then(kind_of),
                 "handle kind {kind:?} matches the event type {ty:?}"
@@ -949,6 +952,11 @@ impl Run {
                 self.tally.recorded_starts.fetch_add(1, Relaxed);
             }
             if self.abi.legacy() && decoded.kind == Kind::RecvOp {
+                self.tally.added.fetch_add(1, Relaxed);
+            }
+            // A Coll or P2p under a recorded API call claims it with a record of its own.
+            let claims = parent.and_then(Handle::decode).is_some_and(|p| p.kind == Kind::ApiCall);
+            if claims && matches!(decoded.kind, Kind::Coll | Kind::P2p) {
                 self.tally.added.fetch_add(1, Relaxed);
             }
         }
@@ -995,7 +1003,7 @@ impl Run {
         self.call();
         if Handle::decode(handle)
             .filter(|h| comm::get(h.comm).is_some())
-            .is_some_and(|h| matches!(h.kind, Kind::Group | Kind::Api | Kind::KernelPhase))
+            .is_some_and(|h| matches!(h.kind, Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase))
         {
             self.tally.silent.fetch_add(1, Relaxed);
         }

@@ -39,7 +39,7 @@ use super::summary::{
     ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
 };
 use crate::record::handle::{EPOCH_MASK, Handle, Kind};
-use crate::record::{Body, ProxyOpStart, Record};
+use crate::record::{Body, CollStart, ProxyOpStart, Record};
 
 /// A sealed window to summarise.
 #[derive(Clone, Copy, Debug)]
@@ -108,6 +108,8 @@ const OP_RESOLVED: u8 = 1 << 4;
 const IN_PROGRESS: u8 = 1 << 5;
 /// Send op (v1–v3): has OpBytes marks, chained from `sent` (first) to `value` (last).
 const MARKED: u8 = 1 << 6;
+/// API call: a Coll or CeColl claimed it.
+const CLAIMED: u8 = 1 << 7;
 
 /// Scratch for the event whose start record is at this slot (or, for an OpBytes mark, for the
 /// mark itself).
@@ -203,6 +205,8 @@ struct Pass<'a> {
     steps: Vec<u32>,
     /// Slots of the send ops with OpBytes marks (v1–v3), in the order of their first mark.
     marked: Vec<u32>,
+    /// Slots of the API calls recorded in this window (NCCL 2.29–2.30).
+    apis: Vec<u32>,
     /// Slots of the ProxyOps and KernelCh started in this window, in slot order.
     children: Vec<u32>,
     /// Slots of the KernelPhases started in this window, in slot order.
@@ -228,7 +232,9 @@ fn start_kind(body: &Body) -> Option<Kind> {
         Body::ProxyStep { .. } => Some(Kind::ProxyStep),
         Body::KernelCh { .. } => Some(Kind::KernelCh),
         Body::KernelPhase { .. } => Some(Kind::KernelPhase),
+        Body::Api(_) => Some(Kind::ApiCall),
         Body::SendWait { .. }
+        | Body::Claim { .. }
         | Body::OpBytes { .. }
         | Body::InProgress
         | Body::KernelChStop { .. }
@@ -236,6 +242,21 @@ fn start_kind(body: &Body) -> Option<Kind> {
         | Body::PhaseStop { .. }
         | Body::Stop => None,
     }
+}
+
+/// A collective's group key and nccl-tests size (0 when unknown, [`UNKNOWN_CLASS`]).
+fn coll_key(c: &CollStart, nranks: i32) -> (GroupKey, u64) {
+    let bytes = test_size(c.func, c.count.saturating_mul(c.datatype.size()), nranks);
+    let key = GroupKey::Coll(CollKey {
+        func: c.func,
+        algo: c.algo,
+        proto: c.proto,
+        datatype: c.datatype,
+        size_class: bytes.map_or(UNKNOWN_CLASS, size_class),
+        tag: 0,
+        graph: c.graph,
+    });
+    (key, bytes.unwrap_or(0))
 }
 
 /// Index into a group vector (groups are few; `u32` keeps the scratch small).
@@ -273,6 +294,7 @@ impl<'a> Pass<'a> {
             channel_ix: [NONE; 256],
             steps: Vec::new(),
             marked: Vec::new(),
+            apis: Vec::new(),
             children: Vec::new(),
             phases: Vec::new(),
             phase_secs: Default::default(),
@@ -319,6 +341,11 @@ impl<'a> Pass<'a> {
                 continue;
             }
             self.stats.records += 1;
+            match rec.body {
+                Body::Api(_) if self.slot_of(rec.id) == Some(i) => self.apis.push(ix(i)),
+                Body::Claim { api } => self.claim_api(api),
+                _ => {}
+            }
             if rec.body.opens() {
                 if self.slot_of(rec.id) != Some(i) {
                     continue;
@@ -326,17 +353,8 @@ impl<'a> Pass<'a> {
                 self.slots[i].flags |= STARTED;
                 match rec.body {
                     Body::Coll(c) => {
-                        let bytes = test_size(c.func, c.count.saturating_mul(c.datatype.size()), self.nranks);
-                        let key = GroupKey::Coll(CollKey {
-                            func: c.func,
-                            algo: c.algo,
-                            proto: c.proto,
-                            datatype: c.datatype,
-                            size_class: bytes.map_or(UNKNOWN_CLASS, size_class),
-                            tag: 0,
-                            graph: c.graph,
-                        });
-                        self.add_root(i, rec.ts, key, bytes.unwrap_or(0), u32::from(c.n_channels));
+                        let (key, bytes) = coll_key(&c, self.nranks);
+                        self.add_root(i, rec.ts, key, bytes, u32::from(c.n_channels));
                     }
                     Body::P2p(p) => {
                         let bytes = p.count.saturating_mul(p.datatype.size());
@@ -636,8 +654,10 @@ impl<'a> Pass<'a> {
                 self.open.hold(here.handle, here.root, until);
             }
         }
-        let (released, orphans) = self.open.release(&self.at);
+        self.hold_apis();
+        let (released, orphans, unsure) = self.open.release(&self.at);
         self.stats.orphans += orphans;
+        self.stats.unfinished += unsure;
         for root in released {
             let group = self.group(root.key);
             now.push((group, root));
@@ -679,6 +699,7 @@ impl<'a> Pass<'a> {
     }
 }
 
+mod api;
 mod groups;
 mod marks;
 #[cfg(test)]
@@ -702,6 +723,7 @@ mod tests {
             settled: 1,
             flush,
             lost_held: false,
+            drops: 0,
         }
     }
     use crate::record::{Algo, CollStart, Func, P2pStart, Proto, ProxyOpStart};
@@ -1669,5 +1691,63 @@ mod tests {
         );
         assert_eq!(s.stats.unfinished, 2);
         assert_eq!(s.colls[0].ops[0].duration, Some(61.0 / 1024.0));
+    }
+
+    #[test]
+    fn api_calls_nothing_claims_are_collectives_of_their_own() {
+        let call = CollStart {
+            seq: 0,
+            count: 256,
+            func: Func::AllReduce,
+            algo: Algo::Unknown,
+            proto: Proto::Unknown,
+            datatype: Datatype::Float32,
+            n_channels: 0,
+            graph: Some(false),
+        };
+        let (mut open, t0) = (OpenOps::new(Duration::from_millis(100)), Instant::now());
+        let mut w = Win::default();
+        let claimed = w.start(1, Body::Api(call));
+        let c = w.coll(2, Func::AllReduce, 256, Datatype::Float32);
+        w.rec(c, 2, Body::Claim { api: claimed });
+        w.stop(c, 3);
+        let _symmetric = w.start(4, Body::Api(call));
+        let later = w.start(5, Body::Api(call));
+        w.sum_with(&mut open, t0, false);
+        assert_eq!(open.apis.len(), 2, "the claimed call is not held");
+        // The last call's Coll comes in the next window.
+        let mut next = Win::at(WIN2);
+        let d = next.coll(6, Func::AllReduce, 256, Datatype::Float32);
+        next.rec(d, 6, Body::Claim { api: later });
+        next.stop(d, 7);
+        next.sum_with(&mut open, t0, false);
+        assert_eq!(open.apis.len(), 1);
+        // Past the wait (at least the hold time), the unclaimed one is a collective without times; with records dropped
+        // meanwhile it would be unfinished instead.
+        let due = Frontier {
+            drops: 1,
+            ..at(t0 + HOLD_PLUS, false)
+        };
+        let mut unsure = OpenOps::new(Duration::from_millis(100));
+        unsure.apis.clone_from(&open.apis);
+        let (roots, _, unfinished) = unsure.release(&due);
+        assert_eq!((roots.len(), unfinished), (0, 1));
+        let s = release(WIN, &meta(), SPT, &mut open, at(t0 + HOLD_PLUS, false)).expect("due");
+        let ops: Vec<_> = s
+            .colls
+            .iter()
+            .flat_map(|g| g.ops.iter().map(move |o| (g.key.algo, *o)))
+            .collect();
+        let sample = OpSample {
+            bytes: 1024,
+            duration: None,
+            gpu: None,
+            transfers: 0,
+        };
+        // The two Colls (no proxy ops: no time), and the call no Coll claimed.
+        assert_eq!(
+            ops,
+            [(Algo::Ring, sample), (Algo::Ring, sample), (Algo::Unknown, sample)]
+        );
     }
 }
