@@ -697,8 +697,12 @@ impl Plugin {
         };
         assert_eq!(rc, ncclSuccess, "init must never fail");
         drop(name); // NCCL does not keep commName alive: the plugin must have copied it.
-        self.hashes.lock().insert(context as usize, hash);
+        // Only v1–v3 need it; other tables never take the lock (a test that forks while another
+        // thread is in `init` must not leave its child a lock held forever).
         let (release, version) = (self.release, self.driving());
+        if version.legacy() {
+            self.hashes.lock().insert(context as usize, hash);
+        }
         // The v5 adapter clears the copy-engine bits (2.29+) and KernelPhase (2.31); the v6
         // adapter of 2.31 clears KernelPhase; 2.31 then forces KernelCh under KernelPhase.
         let mut cleared = 0;
