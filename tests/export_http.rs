@@ -105,17 +105,18 @@ fn workload_arrives_with_the_documented_catalogue() {
 
     // Init after a full finalize works, and the first communicator's totals stay (cumulative).
     let (c2, truth2) = sx::workload(&p, 0xB22_0002, "tp");
+    // Data also arrives on the interval while a communicator is live, not only on finalize
+    // (with none live the telemetry thread is parked: no interval exports).
+    let n = metrics(&rx.requests()).len();
+    assert!(
+        rx.wait_for(Duration::from_secs(2), |r| metrics(r).len() > n),
+        "no interval export"
+    );
     p.finalize(c2.context);
     let reqs = rx.requests();
     assert!(sx::complete(&reqs, &truth2));
     sx::check(&reqs, &truth2);
     sx::check(&reqs, &truth);
-    // Data also arrives on the interval, not only on finalize.
-    let n = metrics(&reqs).len();
-    assert!(
-        rx.wait_for(Duration::from_secs(2), |r| metrics(r).len() > n),
-        "no interval export"
-    );
 }
 
 #[test]

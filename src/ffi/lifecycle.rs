@@ -63,6 +63,7 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
         return None;
     };
     activation::attach(mask, || plan(config, logfn, abi), SystemTime::now());
+    telemetry::wake(); // parked while no communicator was live
     Some(Context::new(id, hash).encode())
 }
 

@@ -26,6 +26,8 @@ struct Control {
     seq: Option<u64>,
     /// Whether a pending request wants live communicators' windows processed too.
     drain_live: bool,
+    /// A communicator became live: a parked telemetry thread resumes its ticks.
+    woken: bool,
 }
 
 static CONTROL: Mutex<Control> = Mutex::new(Control {
@@ -33,8 +35,9 @@ static CONTROL: Mutex<Control> = Mutex::new(Control {
     served: 0,
     seq: None,
     drain_live: false,
+    woken: false,
 });
-/// Wakes the telemetry thread for a flush.
+/// Wakes the telemetry thread for a flush, or to resume its ticks.
 static WAKE: Condvar = Condvar::new();
 /// Tells flushers a request was served.
 static SERVED: Condvar = Condvar::new();
@@ -55,16 +58,34 @@ pub struct Request {
     pub drain_live: bool,
 }
 
-/// Waits up to `tick` for a flush request; the pending requests, if any.
-pub fn next_request(tick: Duration) -> Option<Request> {
+/// Waits up to `tick` (`None`: parked, until [`wake`] or a flush) for a flush request; the
+/// pending requests, if any.
+pub fn next_request(tick: Option<Duration>) -> Option<Request> {
     let mut c = CONTROL.lock();
-    if c.requested == c.served {
-        WAKE.wait_for(&mut c, tick);
+    if c.requested == c.served && !c.woken {
+        match tick {
+            Some(tick) => {
+                WAKE.wait_for(&mut c, tick);
+            }
+            None => {
+                while c.requested == c.served && !c.woken {
+                    WAKE.wait(&mut c);
+                }
+            }
+        }
     }
+    c.woken = false;
     (c.requested > c.served).then(|| Request {
         generation: c.requested,
         drain_live: std::mem::take(&mut c.drain_live),
     })
+}
+
+/// Resumes a parked telemetry thread (a communicator became live). Called on: NCCL's init thread.
+pub fn wake() {
+    let mut c = CONTROL.lock();
+    c.woken = true;
+    WAKE.notify_one();
 }
 
 /// Answers `request`: the export it queued (`seq`), if any.

@@ -1,12 +1,13 @@
 //! The telemetry thread: one per process, started by the first `init`, never stopped. Every
 //! [`TICK`] (or at once on a flush request) it applies KernelCh's duty cycle to the activation
 //! mask, polls every communicator, delivers the summaries to the sinks and drives the export
-//! [`Pipeline`]. Called on: NCCL's init thread ([`start`]); any
+//! [`Pipeline`]. While no communicator is live it is parked (no wake-ups: cores pinned for
+//! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush. Called on: NCCL's init thread ([`start`]); any
 //! thread ([`forked`], [`running`]).
 #![forbid(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,6 +23,13 @@ pub const TICK: Duration = Duration::from_millis(10);
 static THREAD: OnceLock<bool> = OnceLock::new();
 /// Pid of the process that started the thread; 0 before.
 static OWNER: AtomicU32 = AtomicU32::new(0);
+/// Passes the thread made (wake-ups), for tests of its parking.
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// Passes the telemetry thread has made so far.
+pub fn passes() -> u64 {
+    PASSES.load(Ordering::Relaxed)
+}
 
 /// Whether this process is a fork of the one that started the telemetry thread: then the plugin
 /// must stay inert. Called on: any thread (init, finalize, exit).
@@ -63,7 +71,13 @@ fn run(build: Option<BuildPipeline>) {
     let mut pipeline = build.and_then(|build| build(Instant::now()));
     let mut busy = false;
     loop {
-        let request = flush::next_request(if busy { comm::BUSY_TICK } else { TICK });
+        let tick = match (busy, comm::all().any(comm::Comm::is_live)) {
+            (_, false) => None,
+            (true, true) => Some(comm::BUSY_TICK),
+            (false, true) => Some(TICK),
+        };
+        let request = flush::next_request(tick);
+        PASSES.fetch_add(1, Ordering::Relaxed);
         let mut seq = None;
         let pass = catch_unwind(AssertUnwindSafe(|| {
             let now = Instant::now();
