@@ -1,7 +1,8 @@
 //! Installs the built plugin under the name NCCL looks for: `cargo install-plugin DIR`
-//! (an alias of `cargo run --release --example install_plugin -- DIR`) copies
-//! `target/release/libnccl_profiler_otel.so` to `DIR/libnccl-profiler-otel.so`, so that
-//! `NCCL_PROFILER_PLUGIN=otel` finds it when `DIR` is on `LD_LIBRARY_PATH`.
+//! (an alias of `cargo run --profile ship --example install_plugin -- DIR`: release with fat LTO
+//! and one codegen unit) copies `target/ship/libnccl_profiler_otel.so` to
+//! `DIR/libnccl-profiler-otel.so`, so that `NCCL_PROFILER_PLUGIN=otel` finds it when `DIR` is on
+//! `LD_LIBRARY_PATH`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,6 +1,9 @@
-//! The CPU clock of every record: raw TSC ticks when `quanta` finds the TSC usable (invariant,
-//! synchronised), else `quanta`'s monotonic fallback. When it is the TSC, [`now`] reads it inline
-//! (one `rdtsc`, no call, no syscall).
+//! The CPU clock of every record: the CPU's own counter read inline when it is usable (x86_64: the
+//! TSC when `quanta` finds it invariant and synchronised, one `rdtsc`; aarch64: the virtual
+//! counter `cntvct_el0`, constant-rate and synchronised by the architecture and readable from user
+//! space on Linux, one `isb; mrs`), no call, no syscall; else `quanta`'s monotonic fallback
+//! (`clock_gettime`). The choice is [`direct_counter`]. The aarch64 path cannot be built here (no
+//! such target installed): the function deciding it is unit-tested, the read is two instructions.
 //!
 //! Ticks become seconds through a rate measured against `Instant` over the process's whole
 //! lifetime (from [`init`] to each [`secs_per_tick`] call), not through a calibration done once:
@@ -22,8 +25,8 @@ struct Base {
 }
 
 static BASE: OnceLock<Base> = OnceLock::new();
-/// quanta's raw reads are TSC reads: [`now`] may read the TSC itself.
-static TSC: AtomicBool = AtomicBool::new(false);
+/// [`now`] reads the CPU counter itself ([`direct_counter`]).
+static DIRECT: AtomicBool = AtomicBool::new(false);
 
 /// Shortest time between the base and the first rate measurement: bracketing error over it stays
 /// below 1e-4 even with microsecond-wide brackets.
@@ -33,7 +36,8 @@ const MIN_SPAN: Duration = Duration::from_millis(20);
 pub fn init() {
     BASE.get_or_init(|| {
         let clock = quanta::Clock::new();
-        TSC.store(raw_is_tsc(&clock), Ordering::Relaxed);
+        let tsc_usable = cfg!(target_arch = "x86_64") && raw_is_tsc(&clock);
+        DIRECT.store(direct_counter(std::env::consts::ARCH, tsc_usable), Ordering::Relaxed);
         let (ticks, at) = pair(&clock);
         std::thread::sleep(MIN_SPAN);
         Base { clock, ticks, at }
@@ -43,10 +47,21 @@ pub fn init() {
 /// Current time in raw ticks; 0 before [`init`].
 #[inline]
 pub fn now() -> u64 {
-    if TSC.load(Ordering::Relaxed) {
-        return tsc();
+    if DIRECT.load(Ordering::Relaxed) {
+        return counter();
     }
     BASE.get().map_or(0, |b| b.clock.raw())
+}
+
+/// Whether [`now`] reads the CPU counter of `arch` directly: x86_64's TSC when `tsc_usable`
+/// (quanta found it invariant and synchronised), aarch64's virtual counter always; elsewhere
+/// quanta.
+fn direct_counter(arch: &str, tsc_usable: bool) -> bool {
+    match arch {
+        "x86_64" => tsc_usable,
+        "aarch64" => true,
+        _ => false,
+    }
 }
 
 /// Seconds per raw tick, measured from [`init`] to now (1e-9 before `init`).
@@ -66,8 +81,8 @@ pub fn secs_per_tick() -> f64 {
 /// bracket is wide), its raw value taken at the middle.
 fn pair(clock: &quanta::Clock) -> (u64, Instant) {
     let raw = || {
-        if TSC.load(Ordering::Relaxed) {
-            tsc()
+        if DIRECT.load(Ordering::Relaxed) {
+            counter()
         } else {
             clock.raw()
         }
@@ -84,15 +99,35 @@ fn pair(clock: &quanta::Clock) -> (u64, Instant) {
     (best.1, best.2)
 }
 
+/// The CPU counter: the TSC.
 #[cfg(target_arch = "x86_64")]
 #[inline]
-fn tsc() -> u64 {
+fn counter() -> u64 {
     // SAFETY: `rdtsc` has no preconditions on x86_64 (it only reads the time-stamp counter).
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-fn tsc() -> u64 {
+/// The CPU counter: the virtual counter, after an `isb` so that it is not read early.
+#[cfg(target_arch = "aarch64")]
+#[inline]
+fn counter() -> u64 {
+    let ticks: u64;
+    // SAFETY: reading CNTVCT_EL0 has no side effects; Linux lets user space read it (and
+    // emulates the read where a CPU erratum makes it trap); `isb` only orders instructions.
+    unsafe {
+        core::arch::asm!(
+            "isb",
+            "mrs {ticks}, cntvct_el0",
+            ticks = out(reg) ticks,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    ticks
+}
+
+/// No CPU counter read here: quanta's.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn counter() -> u64 {
     BASE.get().map_or(0, |b| b.clock.raw())
 }
 
@@ -101,17 +136,28 @@ fn tsc() -> u64 {
 /// boot, which drift apart from TSC ticks).
 fn raw_is_tsc(clock: &quanta::Clock) -> bool {
     let close = || {
-        let (before, raw, after) = (tsc(), clock.raw(), tsc());
+        let (before, raw, after) = (counter(), clock.raw(), counter());
         before <= raw && raw <= after && after - before < 1_000_000
     };
     let first = close();
     std::thread::sleep(Duration::from_millis(1));
-    cfg!(target_arch = "x86_64") && first && close()
+    first && close()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_counter_is_read_directly_where_it_is_usable() {
+        assert!(direct_counter("x86_64", true));
+        assert!(!direct_counter("x86_64", false), "an unusable TSC: quanta's fallback");
+        assert!(
+            direct_counter("aarch64", false),
+            "cntvct_el0, whatever the TSC probe says"
+        );
+        assert!(!direct_counter("riscv64", true));
+    }
 
     #[test]
     fn ticks_convert_to_wall_seconds() {

@@ -81,6 +81,14 @@ pub fn next_request(tick: Option<Duration>) -> Option<Request> {
     })
 }
 
+/// Whether export request `seq` is finished and exports go through (true without export).
+/// Called on: the telemetry thread.
+pub fn exported(seq: u64) -> bool {
+    DELIVERY
+        .get()
+        .is_none_or(|d| d.wait_exported(seq, Instant::now()) && d.healthy())
+}
+
 /// Resumes a parked telemetry thread (a communicator became live). Called on: NCCL's init thread.
 pub fn wake() {
     let mut c = CONTROL.lock();

@@ -2,7 +2,9 @@
 //! [`TICK`] (or at once on a flush request) it applies KernelCh's duty cycle to the activation
 //! mask, polls every communicator, delivers the summaries to the sinks and drives the export
 //! [`Pipeline`]. While no communicator is live it is parked (no wake-ups: cores pinned for
-//! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush. Called on: NCCL's init thread ([`start`]); any
+//! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush, once one
+//! interval's export made after the last communicator went has gone through (the final totals
+//! reach the collector; while it fails, every interval tries again). Called on: NCCL's init thread ([`start`]); any
 //! thread ([`forked`], [`running`]).
 #![forbid(unsafe_code)]
 
@@ -70,11 +72,20 @@ pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
 fn run(build: Option<BuildPipeline>) {
     let mut pipeline = build.and_then(|build| build(Instant::now()));
     let mut busy = false;
+    // The latest interval export since no communicator was live (its number), and whether one
+    // went through.
+    let (mut idle_export, mut exported) = (None, false);
     loop {
-        let tick = match (busy, comm::all().any(comm::Comm::is_live)) {
-            (_, false) => None,
-            (true, true) => Some(comm::BUSY_TICK),
-            (false, true) => Some(TICK),
+        let live = comm::all().any(comm::Comm::is_live);
+        if live {
+            (idle_export, exported) = (None, false);
+        } else if idle_export.is_some_and(flush::exported) {
+            (idle_export, exported) = (None, true);
+        }
+        let tick = match (busy, live) {
+            (_, false) if exported || pipeline.is_none() => None,
+            (true, _) => Some(comm::BUSY_TICK),
+            (false, _) => Some(TICK),
         };
         let request = flush::next_request(tick);
         PASSES.fetch_add(1, Ordering::Relaxed);
@@ -95,8 +106,11 @@ fn run(build: Option<BuildPipeline>) {
         if pass.is_err() {
             STATS.panics.incr();
         }
-        if let Some(r) = request {
-            flush::serve(r, seq);
+        match request {
+            Some(r) => flush::serve(r, seq),
+            // The latest interval export counts (an earlier one may have failed).
+            None if !live && !exported && seq.is_some() => idle_export = seq,
+            None => {}
         }
     }
 }
