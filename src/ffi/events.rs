@@ -128,18 +128,17 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     if ty & DECLINED_TYPES != 0 && ty.is_power_of_two() {
         return declined();
     }
-    // A CollApi is kept only for a Broadcast on NCCL's AllGatherV path: its only event.
-    let api_broadcast = ty == u64::from(ncclProfileCollApi)
-        && API_BROADCASTS.load(Ordering::Relaxed)
-        && d.coll_api().is_some_and(|c| c.func == Func::Broadcast);
+    // A CollApi's call is read only where it is kept: a Broadcast on NCCL's AllGatherV path (its
+    // only event), and on 2.29–2.30 every call outside a capture (its Coll or CeColl will claim
+    // it, unless NCCL runs it with API events only; a graph's calls are claimed at its replays).
+    let coll_api = ty == u64::from(ncclProfileCollApi);
+    let broadcasts = coll_api && API_BROADCASTS.load(Ordering::Relaxed);
+    let calls = coll_api && API_CALLS.load(Ordering::Relaxed);
+    let call = (broadcasts || calls).then(|| d.coll_api()).flatten();
+    let api_broadcast = broadcasts && call.is_some_and(|c| c.func == Func::Broadcast);
     let (id, comm) = local(owner, context)?;
     if !api_broadcast && let Some(graph) = d.api_graph() {
-        // 2.29–2.30: a collective's call is recorded; its Coll or CeColl will claim it, unless
-        // NCCL runs it with API events only (a graph's calls are claimed at its replays).
-        if !graph
-            && API_CALLS.load(Ordering::Relaxed)
-            && let Some(call) = d.coll_api()
-        {
+        if let Some(call) = call.filter(|_| calls && !graph) {
             return comm.start(id, Kind::ApiCall, None, UNTIMED, Body::Api(call));
         }
         // A handle without a record: its children read `graphCaptured` from it.
@@ -149,7 +148,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         comm.identify(hash, rank);
     }
     // Collectives seen only at the API (Broadcast) or only as copy-engine work: no children.
-    if let Some(mut coll) = d.ce_coll().or_else(|| api_broadcast.then(|| d.coll_api()).flatten()) {
+    if let Some(mut coll) = d.ce_coll().or(call.filter(|_| api_broadcast)) {
         coll.graph = coll.graph.or_else(|| api_graph(d.parent()));
         let handle = comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?;
         return annotated(comm, handle, d.user_tag(), d.parent());
