@@ -767,6 +767,22 @@ impl<'a> Proxy<'a> {
         (first, sibling)
     }
 
+    /// Transfer `k` of `op` posted with its step handles `steps`: on v1–v3 the op's Posted
+    /// state (`states.0`, with the posting count and the running total), then each step's first
+    /// state (`states.1`, with the stale size), when the op has a handle.
+    fn posted(&self, op: &Op, k: usize, steps: [H; 2], (op_state, step_state): (u32, u32)) {
+        if op.handle.is_null() {
+            return;
+        }
+        let p = self.plugin;
+        if p.driving().legacy() {
+            p.op_state(op.handle, op_state, ((k + 1) * op.slice) as i32, op.total);
+        }
+        for h in steps.into_iter().filter(|h| !h.is_null()) {
+            p.state(h, step_state, op.last_trans);
+        }
+    }
+
     /// `deps`: arrival times of the channel's receive steps so far, and the ring dependency.
     fn progress_send(
         &mut self,
@@ -789,15 +805,7 @@ impl<'a> Proxy<'a> {
                 let k = op.started;
                 let bytes = op.plan.steps[k];
                 let (handle, sibling) = self.start_steps(op, m, k);
-                if legacy && !op.handle.is_null() {
-                    p.op_state(op.handle, OP_SEND_POSTED, ((k + 1) * op.slice) as i32, op.total);
-                }
-                for h in [handle, sibling]
-                    .into_iter()
-                    .filter(|h| !op.handle.is_null() && !h.is_null())
-                {
-                    p.state(h, ty::SEND_GPU_WAIT, op.last_trans);
-                }
+                self.posted(op, k, [handle, sibling], (OP_SEND_POSTED, ty::SEND_GPU_WAIT));
                 op.gpu_free = op.gpu_free.max(now) + self.net.gpu_time(bytes);
                 op.steps.push_back(Step {
                     handle,
@@ -954,15 +962,7 @@ impl<'a> Proxy<'a> {
                 // overwrites the handle; the first one never gets a state or a stop.
                 handle = p.proxy_step(op.context, op.handle, self.rank, k as i32);
             }
-            if legacy && !op.handle.is_null() {
-                p.op_state(op.handle, OP_RECV_POSTED, ((k + 1) * op.slice) as i32, op.total);
-            }
-            for h in [handle, sibling]
-                .into_iter()
-                .filter(|h| !op.handle.is_null() && !h.is_null())
-            {
-                p.state(h, ty::RECV_WAIT, op.last_trans);
-            }
+            self.posted(op, k, [handle, sibling], (OP_RECV_POSTED, ty::RECV_WAIT));
             let link = op.plan.link;
             let wire = self.wires.entry((op.plan.world_peer, false)).or_insert(now);
             *wire = (now + link.transfer(bytes)).max(*wire + link.wire(bytes));
