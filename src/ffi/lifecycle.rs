@@ -75,9 +75,9 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
 /// (`NCCL_PROFILER_OTEL_V7_EXTENSIONS`) and, when they are, KernelPhase with KernelCh (the GPU
 /// pays for phases with KernelCh on 2.31, spec 7.3.1); whether Broadcast is counted from its
 /// API event (NCCL's AllGatherV path, 2.29+, spec 3.12); and whether CollApis are recorded for
-/// the symmetric-memory collectives 2.29 and 2.30 run with API events only. On v1–v3 the bytes are in ProxyOp
-/// states and no GPU time exists (spec 8.7): ProxyOp replaces ProxyStep, KernelCh is not
-/// requested.
+/// the symmetric-memory collectives 2.29 and 2.30 run with API events only. On v1–v3 the bytes
+/// are in ProxyOp states and no GPU time exists (spec 8.7): ProxyOp replaces ProxyStep, KernelCh
+/// is not requested.
 fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
     let nccl = nccl_version::detect(logfn);
     let known_layout = nccl.is_some_and(|v| v.major == 2 && v.minor == 31);

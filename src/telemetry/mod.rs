@@ -2,7 +2,8 @@
 //!
 //! One thread per process, started by the first `init` and never stopped (the library is linked
 //! `-z nodelete`, so it survives NCCL's `dlclose` and serves later `init`s), parked while no
-//! communicator is live (once the final totals were exported). Every [`TICK`], or at once when [`flush`] asks, it polls each communicator ([`crate::comm::Comm::poll`]): windows
+//! communicator is live (once the final totals were exported). Every [`TICK`], or at once when
+//! [`flush`] asks, it polls each communicator ([`crate::comm::Comm::poll`]): windows
 //! close on their count or time trigger, finished windows are summarised, and each summary goes to
 //! every registered [`Sink`] ([`sink`]), the export [`inbox`] among them; then the export
 //! [`Pipeline`] records what arrived and, once per interval or on a flush, queues an export
@@ -23,8 +24,7 @@ pub mod sink;
 pub mod thread;
 
 pub use crate::comm::DropCounts;
-pub use flush::wake;
-pub use flush::{FLUSH_MARGIN, Wait, flush, flush_deadline};
+pub use flush::{FLUSH_MARGIN, Wait, flush, flush_deadline, wake};
 pub use inbox::INBOX_CAPACITY;
 pub use sink::{Sink, add_sink, deliver};
 pub use thread::{TICK, forked, passes, running, start};

@@ -4,8 +4,8 @@
 //! [`Pipeline`]. While no communicator is live it is parked (no wake-ups: cores pinned for
 //! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush, once one
 //! interval's export made after the last communicator went has gone through (the final totals
-//! reach the collector; while it fails, every interval tries again). Called on: NCCL's init thread ([`start`]); any
-//! thread ([`forked`], [`running`]).
+//! reach the collector; while it fails, every interval tries again).
+//! Called on: NCCL's init thread ([`start`]); any thread ([`forked`], [`running`]).
 #![forbid(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
