@@ -52,6 +52,7 @@ const VARS: &[(&str, Kind, Option<&str>)] = &[
     (config::ENABLE, Kind::Bool, Some("maybe")),
     (config::TELEMETRY_ENABLE, Kind::Bool, Some("-1")),
     (config::TELEMETRY_INTERVAL_SEC, Kind::Number, Some("1e999")),
+    (config::HANG_THRESHOLD_SEC, Kind::Number, Some("0.05")),
     (config::LINEAR_REGRESSION_MODE, Kind::Word, Some("AVERAGE")),
     (config::EVENT_MASK, Kind::Number, Some("0x10000")),
     (config::KERNEL_CH_EVERY, Kind::Word, Some("0")),

@@ -1,12 +1,14 @@
 //! Aggregation of closed windows, on the telemetry thread (or `finalize`): the summary types
 //! ([`summary`]), the linking pass that builds them from one window's records ([`link`]), the
-//! table of operations still open across windows ([`open`]), each link's transfers as a queue
+//! table of operations still open across windows ([`open`]) with the operations in flight
+//! ([`flight`]), each link's transfers as a queue
 //! ([`queue`]), the mergeable least-squares
 //! statistics behind every link and channel fit ([`regression`]), and nccl-tests' size and
 //! bandwidth definitions ([`bandwidth`]).
 //! Pure: no I/O, clocks, atomics or OpenTelemetry types.
 
 pub mod bandwidth;
+pub mod flight;
 pub mod link;
 pub mod open;
 pub mod queue;

@@ -17,6 +17,8 @@
 //!   unclaimed after `pending_ttl` (longer than any launch takes after its call) is a collective
 //!   NCCL ran with its API events only, released without times; unless the communicator
 //!   dropped records meanwhile (its claim may be among them): then it is counted unfinished.
+//! - `flight`: what every operation still running is doing now, read from records as soon as
+//!   they are published ([`super::flight`]).
 //!
 //! Pure: the caller passes the time. Called on: the telemetry thread (or `finalize`).
 #![forbid(unsafe_code)]
@@ -24,6 +26,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::flight::Flight;
 use super::summary::{CollKey, OpSample, Transfer};
 use crate::record::Datatype;
 
@@ -246,6 +249,8 @@ pub struct OpenOps {
     pub(super) ops: HashMap<u64, (OpInfo, Until)>,
     /// Unclaimed API calls: the collective each would be, until when, drops when held.
     pub(super) apis: HashMap<u64, (Root, Instant, u64)>,
+    /// Operations in flight.
+    pub flight: Flight,
     /// How long children wait for their operation's window (at least [`HOLD`]).
     pub(super) pending_ttl: Duration,
     /// The earliest deadline of any entry (none when empty).

@@ -1,6 +1,8 @@
 //! The consumer side of a communicator: closing windows on their count or time trigger, tracking
-//! which events are still open, sealing and summarising windows, and recycling them. Every edge
-//! of the window state machine is taken here, under the communicator's consumer lock.
+//! which events are still open (and handing every record to the operations in flight as soon as
+//! it is published, with a hang check per poll), sealing and summarising windows, and recycling
+//! them. Every edge of the window state machine is taken here, under the communicator's consumer
+//! lock.
 //! Called on: the telemetry thread (`poll`), the thread freeing the communicator (`finalize`),
 //! NCCL's init thread (`reset`, from `register`).
 #![forbid(unsafe_code)]
@@ -9,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS};
+use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::{CommMeta, Frontier, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
 use crate::buffer::window::{Window, WindowState};
 use crate::config::Config;
@@ -48,6 +51,8 @@ pub(super) struct Consumer {
     open: OpenOps,
     /// Sequence number of the next window to open.
     next_seq: u64,
+    /// No progress for this long is a hang.
+    hang: Duration,
 }
 
 impl Consumer {
@@ -66,6 +71,7 @@ impl Consumer {
             current: 0,
             open: OpenOps::new(pending_ttl(config)),
             next_seq: 1,
+            hang: config.hang_threshold,
         }
     }
 
@@ -75,7 +81,9 @@ impl Consumer {
         self.interval = config.interval;
         self.current = 0;
         self.open = OpenOps::new(pending_ttl(config));
+        self.open.flight = Flight::new(meta.nranks);
         self.next_seq = 1;
+        self.hang = config.hang_threshold;
         self.meta = meta;
     }
 }
@@ -131,6 +139,10 @@ impl Comm {
             return Vec::new();
         }
         self.rotate_if_due(&mut c, now);
+        let current = c.current;
+        if self.windows[current].state() == WindowState::Filling {
+            self.scan(&mut c, current, now);
+        }
         let grace = c.interval;
         let mut closing: Vec<usize> = (0..WINDOWS)
             .filter(|&i| self.windows[i].state() == WindowState::Closing)
@@ -139,7 +151,7 @@ impl Comm {
         let mut summaries: Vec<WindowSummary> = closing
             .into_iter()
             .filter_map(|i| {
-                self.scan(&mut c, i);
+                self.scan(&mut c, i, now);
                 let t = &c.tracks[i];
                 let age = now.saturating_duration_since(t.since);
                 let done = age >= SETTLE && t.open <= 0;
@@ -151,7 +163,25 @@ impl Comm {
             let c = &mut *c;
             summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
         }
+        let threshold = c.hang;
+        if let Some(hang) = c.open.flight.check(now, threshold) {
+            let m = &c.meta;
+            tracing::warn!(
+                "hang: communicator {:#x} '{}' rank {}/{}: {hang} (threshold {} s)",
+                m.hash,
+                m.name,
+                m.rank,
+                m.nranks,
+                threshold.as_secs_f64()
+            );
+        }
         summaries
+    }
+
+    /// The communicator's progress now: operations in flight, the last completed ones and the
+    /// current hang episode. Called on: the telemetry thread.
+    pub fn progress(&self, now: Instant) -> CommProgress {
+        self.consumer.lock().open.flight.snapshot(now)
     }
 
     /// Closes the current window if its count or time trigger is due (as [`Comm::poll`] does
@@ -225,7 +255,7 @@ impl Comm {
         let mut summaries: Vec<WindowSummary> = order
             .into_iter()
             .filter_map(|i| {
-                self.scan(c, i);
+                self.scan(c, i, now);
                 self.process(c, i, secs_per_tick, now)
             })
             .collect();
@@ -277,10 +307,8 @@ impl Comm {
         for (i, window) in self.windows.iter().enumerate() {
             if i != cur && window.state() == WindowState::Filling && window.claimed() > 0 {
                 window.close();
-                c.tracks[i] = Track {
-                    seq: c.tracks[i].seq,
-                    ..Track::new(now)
-                };
+                // What was scanned while it filled stays scanned.
+                c.tracks[i].since = now;
             }
         }
     }
@@ -364,13 +392,14 @@ impl Comm {
         }
     }
 
-    /// Counts open events among newly published records of window `i`: a start opens its event
+    /// Hands newly published records of window `i` to the operations in flight, and counts open
+    /// events among them: a start opens its event
     /// (a receive op only once InProgress, since NCCL never stops receive-side ops it does not
     /// progress), the first stop of a start seen here closes it; records of other windows,
     /// epochs or communicators are ignored. KernelCh that come after their collective's window
     /// closed are linked through the table of open operations: whether a collective gets any
     /// depends on the mask NCCL sampled at its API call, which the plugin cannot see.
-    fn scan(&self, c: &mut Consumer, i: usize) {
+    fn scan(&self, c: &mut Consumer, i: usize, now: Instant) {
         let (window, me) = (&self.windows[i], self.window_id(i));
         let t = &mut c.tracks[i];
         let end = window.claimed().min(u64::from(window.capacity())) as u32;
@@ -380,6 +409,9 @@ impl Comm {
             };
             let slot = t.scanned;
             t.scanned += 1;
+            if record.id != 0 {
+                c.open.flight.see(&record, now);
+            }
             let Some(h) = Handle::decode(record.id)
                 .filter(|h| h.comm == me.comm && usize::from(h.window) == i && h.epoch == me.epoch & EPOCH_MASK)
             else {
@@ -443,6 +475,10 @@ impl Comm {
                 }
             })
             .collect();
+        let unscanned = records.get(c.tracks[i].scanned as usize..).unwrap_or_default();
+        for r in unscanned.iter().filter(|r| r.id != 0) {
+            c.open.flight.see(r, now);
+        }
         let at = self.frontier(c, now, Some(i), false);
         let lost = self.lost[i].swap(0, Ordering::Relaxed) == LOST | (id.epoch & EPOCH_MASK);
         let sealed = Sealed {

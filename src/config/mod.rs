@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 use crate::aggregate::regression::Mode;
 use crate::record::handle::MAX_SLOTS;
 use parse::{
-    BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_interval, parse_u32_in, show_auto_bool,
+    BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_secs_in, parse_u32_in, show_auto_bool,
     show_bool, show_every, show_exporter, show_mask, show_millis, show_mode, show_protocol, show_secs,
     show_temporality, show_u32,
 };
@@ -53,6 +53,8 @@ pub struct Config {
     pub telemetry_enable: bool,
     /// [`TELEMETRY_INTERVAL_SEC`], default 5 s, valid 0.01..=3600 s.
     pub interval: Duration,
+    /// [`HANG_THRESHOLD_SEC`], default 30 s, valid 0.1..=86400 s.
+    pub hang_threshold: Duration,
     /// [`LINEAR_REGRESSION_MODE`], default [`Mode::Avg`].
     pub regression_mode: Mode,
     /// [`EVENT_MASK`], default Coll|P2p|ProxyOp|ProxyStep|KernelCh = 0x5E, bits 0..=15 only.
@@ -178,7 +180,14 @@ impl Config {
             TELEMETRY_INTERVAL_SEC,
             Duration::from_secs(5),
             "a number of seconds in 0.01..=3600",
-            parse_interval,
+            |s| parse_secs_in(s, 0.01..=3600.0),
+            show_secs,
+        );
+        let hang_threshold = r.read(
+            HANG_THRESHOLD_SEC,
+            Duration::from_secs(30),
+            "a number of seconds in 0.1..=86400",
+            |s| parse_secs_in(s, 0.1..=86400.0),
             show_secs,
         );
         let regression_mode = r.read(LINEAR_REGRESSION_MODE, Mode::Avg, "AVG or MIN", Mode::parse, show_mode);
@@ -222,6 +231,7 @@ impl Config {
             enable,
             telemetry_enable,
             interval,
+            hang_threshold,
             regression_mode,
             event_mask,
             kernel_ch_every,
@@ -271,6 +281,7 @@ impl Config {
             show_bool(self.enable),
             show_bool(self.telemetry_enable),
             show_secs(self.interval),
+            show_secs(self.hang_threshold),
             show_mode(self.regression_mode),
             show_mask(self.event_mask),
             show_every(self.kernel_ch_every),

@@ -25,10 +25,10 @@ pub(super) fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-/// Decimal seconds; NaN and infinities fail the range check.
-pub(super) fn parse_interval(s: &str) -> Option<Duration> {
+/// Decimal seconds within `valid`; NaN and infinities fail the range check.
+pub(super) fn parse_secs_in(s: &str, valid: std::ops::RangeInclusive<f64>) -> Option<Duration> {
     let secs: f64 = s.parse().ok()?;
-    (0.01..=3600.0).contains(&secs).then(|| Duration::from_secs_f64(secs))
+    valid.contains(&secs).then(|| Duration::from_secs_f64(secs))
 }
 
 /// A non-negative integer, decimal or `0x`-hex, digits only (no sign, no separators).

@@ -28,6 +28,7 @@ fn defaults() {
             enable: true,
             telemetry_enable: true,
             interval: Duration::from_secs(5),
+            hang_threshold: Duration::from_secs(30),
             regression_mode: Mode::Avg,
             event_mask: 0x5E,
             kernel_ch_every: None,
@@ -117,6 +118,18 @@ fn interval() {
         "0", "0.009", "-1", "3600.001", "1e9", "nan", "NaN", "inf", "-inf", "0x10", "5s", "abc", "1,5",
     ] {
         assert_rejected(TELEMETRY_INTERVAL_SEC, value, "5");
+    }
+}
+
+#[test]
+fn hang_threshold() {
+    for (value, expected) in [("30", 30.0), ("0.1", 0.1), ("2.5", 2.5), ("86400", 86400.0)] {
+        let (config, warnings) = load(&[(HANG_THRESHOLD_SEC, value)]);
+        assert!(warnings.is_empty(), "{value}: {warnings:?}");
+        assert_eq!(config.hang_threshold, Duration::from_secs_f64(expected), "{value}");
+    }
+    for value in ["0", "0.05", "-1", "86401", "nan", "inf", "30s"] {
+        assert_rejected(HANG_THRESHOLD_SEC, value, "30");
     }
 }
 
@@ -263,6 +276,7 @@ fn describe_round_trips() {
     let (config, _) = load(&[
         (ENABLE, "off"),
         (TELEMETRY_INTERVAL_SEC, "0.5"),
+        (HANG_THRESHOLD_SEC, "2.5"),
         (LINEAR_REGRESSION_MODE, "MIN"),
         (EVENT_MASK, "0x65e"),
         (KERNEL_CH_EVERY, "4"),

@@ -9,6 +9,8 @@ pub const ENABLE: &str = "NCCL_PROFILER_OTEL_ENABLE";
 pub const TELEMETRY_ENABLE: &str = "NCCL_PROFILER_OTEL_TELEMETRY_ENABLE";
 /// Seconds between telemetry wake-ups (decimal allowed).
 pub const TELEMETRY_INTERVAL_SEC: &str = "NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC";
+/// Seconds without progress after which an operation in flight is reported hung (decimal allowed).
+pub const HANG_THRESHOLD_SEC: &str = "NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC";
 /// Which transfer times the bandwidth/latency fit uses: `AVG` (all) or `MIN` (a low percentile per size).
 pub const LINEAR_REGRESSION_MODE: &str = "NCCL_PROFILER_LINEAR_REGRESSION_MODE";
 /// Event bits (spec 2.2) stored into NCCL's activation mask.
@@ -37,10 +39,11 @@ pub const CARDINALITY_LIMIT: &str = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT";
 
 /// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order [`Config::describe`]
 /// prints them.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     ENABLE,
     TELEMETRY_ENABLE,
     TELEMETRY_INTERVAL_SEC,
+    HANG_THRESHOLD_SEC,
     LINEAR_REGRESSION_MODE,
     EVENT_MASK,
     KERNEL_CH_EVERY,

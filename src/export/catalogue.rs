@@ -289,7 +289,7 @@ fn histogram(
         .build()
 }
 
-fn gauge(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Fresh<f64> {
+pub(super) fn gauge(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Fresh<f64> {
     let values = Arc::default();
     let gauge = meter
         .f64_observable_gauge(name)

@@ -19,6 +19,7 @@ pub(super) enum Family {
     Channel,
     Kernel,
     Profiler,
+    Progress,
 }
 
 impl Family {
@@ -30,6 +31,7 @@ impl Family {
             Family::Channel => "nccl.channel",
             Family::Kernel => "nccl.kernel",
             Family::Profiler => "nccl.profiler",
+            Family::Progress => "nccl.progress",
         }
     }
 }

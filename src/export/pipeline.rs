@@ -1,12 +1,14 @@
 //! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
 //! recording of every window summary, the interval's link and channel fits, the self-telemetry
-//! counters, and one export request per interval (or flush) handed to the queue. Never waits for
-//! I/O. Called on: the telemetry thread only.
+//! counters and each communicator's progress ([`progress`]), and one export request per interval
+//! (or flush) handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+
+mod progress;
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::{InstrumentationScope, KeyValue};
@@ -88,6 +90,7 @@ pub struct Pipeline {
     seen: Seen,
     tags: UserTags,
     endpoint: String,
+    progress: progress::Progress,
     /// Whether the last logged export state was failing.
     failing: bool,
     failures_logged: u64,
@@ -119,7 +122,8 @@ impl Pipeline {
         let scope = InstrumentationScope::builder("nccl-profiler-otel")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
-        let inst = Instruments::new(&provider.meter_with_scope(scope));
+        let meter = provider.meter_with_scope(scope);
+        let (inst, progress) = (Instruments::new(&meter), progress::Progress::new(&meter));
         Some(Pipeline {
             _provider: provider,
             reader,
@@ -136,6 +140,7 @@ impl Pipeline {
             channels: HashMap::new(),
             seen: Seen::default(),
             tags: UserTags::default(),
+            progress,
             endpoint: match export.exporter {
                 Exporter::File => format!("file {}", export.file),
                 Exporter::Stdout => "stdout".to_owned(),
@@ -271,6 +276,7 @@ impl Pipeline {
             fresh.clear();
         }
         i.link_samples.clear();
+        self.progress.clear();
         for (attrs, link) in std::mem::take(&mut self.links) {
             if !self.limiter.admit(Family::Link, &attrs) {
                 self.overflow(Family::Link, 1);
@@ -381,6 +387,7 @@ impl Pipeline {
                 ("unpublished", counts.unpublished - last.unpublished),
             ];
             self.seen.drops[slot] = Some((generation, meta.clone(), counts));
+            self.progress(c);
             // A finalized communicator is reported once more (so even a short-lived one has
             // its series), then only if its counters still move.
             if known && !c.live && deltas.iter().all(|(_, d)| *d == 0) {
@@ -393,6 +400,7 @@ impl Pipeline {
                 self.inst.events_dropped.add(delta, &attrs);
             }
         }
+        self.end_progress();
     }
 
     /// Logs export failures since the last interval: WARN when exports start failing, INFO

@@ -5,6 +5,7 @@
 //! Called on: NCCL's user and proxy threads; lock-free, allocation-free, no syscall but the clock.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -14,7 +15,8 @@ use crate::aggregate::PHASES;
 use crate::bindings::{
     ncclProfileColl, ncclProfileCollApi, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p,
     ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerKernelChStop,
-    ncclProfilerKernelPhaseStop, ncclProfilerProxyOpInProgress_v4, ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclProfilerKernelPhaseStop, ncclProfilerProxyOpInProgress_v4, ncclProfilerProxyStepSendPeerWait_v4,
+    ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
 use crate::comm::{self, Comm};
@@ -332,6 +334,20 @@ fn event(owner: &Owner, handle: *mut c_void) -> Option<(Handle, &'static Comm)> 
     Some((h, live(owner, h.comm)?))
 }
 
+thread_local! {
+    /// The send steps whose first SendPeerWait this thread recorded, direct-mapped by slot: NCCL
+    /// repeats the state while the receiver is not ready, and a proxy thread has at most one
+    /// such step per sub-operation at a time (spec 3.7). A collision records a repeat, which the
+    /// consumer ignores.
+    static PEER_WAITED: [Cell<u64>; 64] = const { [const { Cell::new(0) }; 64] };
+}
+
+/// Whether this is the first SendPeerWait of step `h` on this thread (no shared write).
+fn first_peer_wait(h: Handle) -> bool {
+    let id = h.encode();
+    PEER_WAITED.with(|seen| seen.get(h.slot as usize % 64).is_some_and(|c| c.replace(id) != id))
+}
+
 pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t {
     // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
     // clock before anything else so the time is the callback's.
@@ -362,6 +378,10 @@ pub(super) fn record_event_state<A: StateArgs>(
 ) {
     let Some((h, comm)) = event(owner, handle) else { return };
     let body = match (h.kind, state) {
+        (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendPeerWait_v4 => match first_peer_wait(h) {
+            true => return comm.append(h, clock::now(), Body::PeerWait),
+            false => return,
+        },
         (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendWait => {
             args.map(|a| Body::SendWait { bytes: a.trans_size() })
         }
@@ -382,8 +402,8 @@ pub(super) fn record_event_state<A: StateArgs>(
             },
             None => None,
         },
-        // ProxyStep send/receive states 8–12 and 20; ProxyOp legacy states 0–7 and InProgress (19).
-        (Kind::ProxyStep, 8..=12 | 20) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7) => return,
+        // ProxyStep send/receive states 8 and 10–12; ProxyOp legacy states 0–7 and InProgress (19).
+        (Kind::ProxyStep, 8 | 10..=12) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7) => return,
         _ => {
             STATS.unknown_states.incr();
             return;

@@ -108,6 +108,10 @@ pub enum Body {
         /// GPU start time (`%globaltimer`, ns).
         gpu_start: u64,
     },
+    /// `ProxyStepSendPeerWait` (v4+), its first call for this step: the GPU produced the step's
+    /// data and the proxy tries to hand it to the network (NCCL repeats the state while the
+    /// receiver is not ready; the hot path records the first, per thread).
+    PeerWait,
     /// `ProxyStepSendWait`: the network accepted `bytes` for this step.
     SendWait {
         /// Bytes handed to the network (`transSize`).
@@ -177,8 +181,8 @@ pub struct Record {
     /// Handle of the event this record is about.
     pub id: u64,
     /// CPU time of the callback, in [`crate::clock`] ticks; 0 where nothing uses it (only
-    /// Coll/P2p starts, SendWait, OpBytes but Base, and ProxyOp (both directions)/ProxyStep
-    /// stops are timed).
+    /// Coll/P2p starts, PeerWait, SendWait, OpBytes but Base, and ProxyOp (both
+    /// directions)/ProxyStep stops are timed).
     pub ts: u64,
     /// Payload.
     pub body: Body,

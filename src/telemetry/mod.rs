@@ -31,6 +31,7 @@ pub use thread::{TICK, forked, passes, running, start};
 
 use std::time::Instant;
 
+use crate::aggregate::flight::CommProgress;
 use crate::aggregate::{CommMeta, WindowSummary};
 use crate::stats::Snapshot;
 
@@ -83,7 +84,7 @@ pub struct SelfTelemetry {
     pub comms: Vec<CommDrops>,
 }
 
-/// One communicator slot's drop counters, with the communicator that owns them.
+/// One communicator slot's drop counters and progress, with the communicator that owns them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CommDrops {
     /// Registry slot.
@@ -96,4 +97,6 @@ pub struct CommDrops {
     pub counts: DropCounts,
     /// Whether it is still live.
     pub live: bool,
+    /// Its operations in flight and hang episodes ([`crate::comm::Comm::progress`]).
+    pub progress: CommProgress,
 }

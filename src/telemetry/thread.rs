@@ -151,12 +151,14 @@ fn self_telemetry() -> SelfTelemetry {
         .filter_map(|(slot, c)| {
             let generation = c.generation();
             let (meta, counts, live) = (c.meta(), c.drop_counts(), c.is_live());
+            let progress = c.progress(Instant::now());
             (c.generation() == generation).then_some(CommDrops {
                 slot,
                 generation,
                 meta,
                 counts,
                 live,
+                progress,
             })
         })
         .collect();

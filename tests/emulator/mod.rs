@@ -63,6 +63,7 @@ pub mod plugin;
 mod profiler_thread;
 mod proxy;
 pub mod release;
+pub mod stall;
 pub mod time;
 pub mod truth;
 pub mod workload;
@@ -71,6 +72,8 @@ pub mod workload;
 pub use net::{Link, Network};
 #[allow(unused_imports)]
 pub use plugin::{Comm, H, LoadError, Plugin, Version, built_library, cstr, descr, mask, pid, ty};
+#[allow(unused_imports)]
+pub use stall::Stall;
 #[allow(unused_imports)]
 pub use time::spin;
 #[allow(unused_imports)]

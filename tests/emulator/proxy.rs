@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use super::net::{Jitter, Link, Network};
 use super::plugin::{self, Comm, Descr, H, Plugin, Version, descr, mask, net_plugin_descr, proxy_op_descr, ty};
 use super::profiler_thread::{self, KernelMsg};
+use super::stall::Held;
 use super::time::{self, gpu_ns};
 use super::truth::{CollTruth, DISTURBED, LinkTruth, Report, StepTruth};
 use super::workload::{CommSpec, Done, Func, Options};
@@ -151,6 +152,9 @@ struct Step {
     sent: Option<Sent>,
     /// Receive: flushed and handed to the GPU, consumed at this time.
     consumed: Option<Instant>,
+    /// Receive: held by the stall ([`Options::stall`]) before the stalled rank stopped: its
+    /// arrival is known (and recorded) only once it did.
+    stalled: bool,
 }
 
 struct Op {
@@ -725,6 +729,19 @@ impl<'a> Proxy<'a> {
         }
     }
 
+    /// Whether this is the rank that stops posting ([`Options::stall`]).
+    fn stalls(&self) -> bool {
+        self.opts.stall.as_ref().is_some_and(|s| s.rank == self.world)
+    }
+
+    /// Whether step `k` of `op` in the collective `truth` is held by [`Options::stall`].
+    fn held(&self, op: &Op, truth: &CollTruth, k: usize) -> Held {
+        self.opts
+            .stall
+            .as_ref()
+            .map_or(Held::No, |s| s.held(self.world, op.plan.world_peer, truth.iteration, k))
+    }
+
     /// The op's InProgress state, once, when the proxy first progresses it (v1–v3: its start).
     fn mark_in_progress(&self, op: &mut Op) {
         if !op.in_progress {
@@ -803,6 +820,10 @@ impl<'a> Proxy<'a> {
             let now = Instant::now();
             while op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
                 let k = op.started;
+                if let (true, Held::Until(t)) = (self.stalls(), self.held(op, truth, k)) {
+                    next.coarse(t);
+                    break;
+                }
                 let bytes = op.plan.steps[k];
                 let (handle, sibling) = self.start_steps(op, m, k);
                 self.posted(op, k, [handle, sibling], (OP_SEND_POSTED, ty::SEND_GPU_WAIT));
@@ -817,6 +838,7 @@ impl<'a> Proxy<'a> {
                     next_peer_wait: op.gpu_free,
                     sent: None,
                     consumed: None,
+                    stalled: false,
                 });
                 op.started += 1;
             }
@@ -829,6 +851,8 @@ impl<'a> Proxy<'a> {
                 .filter_map(|x| x.sent.as_ref().map(|x| x.deadline))
                 .max();
             if let Some(pos) = op.steps.iter().position(|s| s.sent.is_none()) {
+                // The peer has not posted this step's receive while the stall holds it.
+                let hold = self.held(op, truth, op.stopped + pos);
                 let s = &mut op.steps[pos];
                 let done_after = ((op.stopped + pos + 1) * op.slice) as i32;
                 let states = states && !s.handle.is_null();
@@ -853,6 +877,11 @@ impl<'a> Proxy<'a> {
                     let accept = match free {
                         Some(w) if !self.opts.queue => s.ready.max(w),
                         _ => s.ready,
+                    };
+                    let accept = match hold {
+                        Held::No => accept,
+                        Held::Until(t) => accept.max(t),
+                        Held::Unknown => accept.max(now + Duration::from_millis(1)),
                     };
                     let peer_wait = s.peer_waits == 0
                         || (now < accept && now >= s.next_peer_wait && s.peer_waits < self.opts.peer_waits);
@@ -953,8 +982,14 @@ impl<'a> Proxy<'a> {
         self.mark_in_progress(op);
         let nsteps = op.plan.steps.len();
         let now = Instant::now();
+        self.arrive_held(op, truth, arrived, next);
         while op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
             let k = op.started;
+            let hold = self.held(op, truth, k);
+            if let (true, Held::Until(t)) = (self.stalls(), hold) {
+                next.coarse(t);
+                break;
+            }
             let bytes = op.plan.steps[k];
             let (mut handle, sibling) = self.start_steps(op, m, k);
             if self.opts.restart_recv && k == 0 && !handle.is_null() {
@@ -963,20 +998,29 @@ impl<'a> Proxy<'a> {
                 handle = p.proxy_step(op.context, op.handle, self.rank, k as i32);
             }
             self.posted(op, k, [handle, sibling], (OP_RECV_POSTED, ty::RECV_WAIT));
-            let link = op.plan.link;
-            let wire = self.wires.entry((op.plan.world_peer, false)).or_insert(now);
-            *wire = (now + link.transfer(bytes)).max(*wire + link.wire(bytes));
-            arrived.push(*wire);
+            // Held steps arrive once the stalled rank resumed; in order.
+            let stalled = hold == Held::Unknown || op.steps.iter().any(|s| s.stalled);
+            let ready = if stalled {
+                next.coarse(now + Duration::from_millis(1));
+                now + Duration::from_secs(3600)
+            } else {
+                let sent = match hold {
+                    Held::Until(t) => t,
+                    _ => now,
+                };
+                self.arrive(op, bytes, sent, arrived)
+            };
             op.steps.push_back(Step {
                 handle,
                 sibling,
                 dep: None,
                 bytes,
-                ready: *wire,
+                ready,
                 peer_waits: 0,
                 next_peer_wait: now,
                 sent: None,
                 consumed: None,
+                stalled,
             });
             op.started += 1;
         }
@@ -1038,6 +1082,36 @@ impl<'a> Proxy<'a> {
             self.finish_op(op, truth);
         } else if op.started - op.stopped < self.opts.max_in_flight && op.started < nsteps {
             next.coarse(Instant::now());
+        }
+    }
+
+    /// Receive step of `bytes` sent at `sent` over `op`'s inbound link: when it arrives, after
+    /// the link's earlier steps (recorded in `arrived`).
+    fn arrive(&mut self, op: &Op, bytes: u64, sent: Instant, arrived: &mut Vec<Instant>) -> Instant {
+        let link = op.plan.link;
+        let wire = self.wires.entry((op.plan.world_peer, false)).or_insert(sent);
+        *wire = (sent + link.transfer(bytes)).max(*wire + link.wire(bytes));
+        arrived.push(*wire);
+        *wire
+    }
+
+    /// Receive steps held before the stalled rank stopped: their arrival once it did.
+    fn arrive_held(&mut self, op: &mut Op, truth: &CollTruth, arrived: &mut Vec<Instant>, next: &mut Next) {
+        for i in 0..op.steps.len() {
+            if !op.steps[i].stalled {
+                continue;
+            }
+            let sent = match self.held(op, truth, op.stopped + i) {
+                Held::Unknown => {
+                    next.coarse(Instant::now() + Duration::from_millis(1));
+                    return;
+                }
+                Held::Until(t) => t,
+                Held::No => Instant::now(),
+            };
+            let ready = self.arrive(op, op.steps[i].bytes, sent, arrived);
+            let s = &mut op.steps[i];
+            (s.ready, s.stalled) = (ready, false);
         }
     }
 

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use super::net::Network;
 use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr, ty};
 use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
+use super::stall::Stall;
 use super::time;
 use super::truth::{CollTruth, Report};
 
@@ -441,6 +442,8 @@ pub struct Options {
     /// Every call is made while its stream is captured into a CUDA graph, which is replayed
     /// once at once: the API events say `graphCaptured` (2.28+) and the rest comes as usual.
     pub captured: bool,
+    /// One rank stops posting in the middle of one collective for a while.
+    pub stall: Option<Stall>,
 }
 
 impl Default for Options {
@@ -461,6 +464,7 @@ impl Default for Options {
             realtime: true,
             preempt_every: 0,
             captured: false,
+            stall: None,
         }
     }
 }

@@ -21,7 +21,8 @@
 //!                           handles included), foreign_unmatched, panics)
 //!           + communicator drops (full, late, unpublished), read before each finalize
 //!           + silently ignored calls (Group stops; states NCCL defines for the event's type
-//!             that the plugin does not use)
+//!             that the plugin does not use; a repeated SendPeerWait of a step, which the calling
+//!             thread already recorded)
 //!           + successful inits + successful finalizes
 //!           − the records starts add (InProgress at v1–v3 receive ops, NCCL has no such state
 //!             there; Claim at a Coll/P2p under a recorded API call)
@@ -386,13 +387,25 @@ const OP_IN_PROGRESS: u32 = 19;
 const KERNEL_CH_STOP: u32 = 22;
 
 /// Whether the plugin ignores `state` for an event of `kind` without counting it: the states NCCL
-/// defines for that type that the plugin has no use for (ProxyStep 8, 10–12, 20; send ProxyOp
-/// 0–7, 19; receive ProxyOp 0–7).
+/// defines for that type that the plugin has no use for (ProxyStep 8, 10–12; send ProxyOp 0–7,
+/// 19; receive ProxyOp 0–7).
 fn silently_ignored_state(kind: Kind, state: u32) -> bool {
     matches!(
         (kind, state),
-        (Kind::ProxyStep, 8 | 10..=12 | 20) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7)
+        (Kind::ProxyStep, 8 | 10..=12) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7)
     )
+}
+
+thread_local! {
+    /// The plugin's per-thread memory of recorded SendPeerWaits (direct-mapped by slot), mirrored.
+    static PEER_WAITED: [std::cell::Cell<u64>; 64] = const { [const { std::cell::Cell::new(0) }; 64] };
+}
+
+/// Whether a SendPeerWait of step `h` on this thread repeats one the plugin recorded (it then
+/// ignores it), as the plugin decides it.
+fn repeated_peer_wait(h: Handle) -> bool {
+    let id = h.encode();
+    PEER_WAITED.with(|seen| seen[h.slot as usize % 64].replace(id) == id)
 }
 
 /// Whether a v1–v3 send op's state with args (`steps`) is silently ignored: all but
@@ -971,6 +984,7 @@ impl Run {
             Kind::ProxyOp if self.abi.legacy() && state <= 7 => {
                 args.is_some() && legacy_op_state_ignored(self.abi, state, steps)
             }
+            Kind::ProxyStep if state == SEND_PEER_WAIT => repeated_peer_wait(h),
             kind => silently_ignored_state(kind, state),
         };
         if Handle::decode(handle)

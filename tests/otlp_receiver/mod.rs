@@ -482,6 +482,8 @@ pub struct Point {
     pub buckets: Vec<u64>,
     /// Histogram explicit bounds (empty otherwise).
     pub bounds: Vec<f64>,
+    /// `time_unix_nano`: when it was collected.
+    pub time: u64,
 }
 
 /// What kind of data a metric carries: `gauge`, `sum` (with monotonic flag and temporality),
@@ -514,6 +516,7 @@ pub fn points(m: &Metric) -> Vec<Point> {
         count: 0,
         buckets: vec![],
         bounds: vec![],
+        time: p.time_unix_nano,
     };
     match &m.data {
         Some(metric::Data::Gauge(g)) => g.data_points.iter().map(number).collect(),
@@ -527,6 +530,7 @@ pub fn points(m: &Metric) -> Vec<Point> {
                 count: p.count,
                 buckets: p.bucket_counts.clone(),
                 bounds: p.explicit_bounds.clone(),
+                time: p.time_unix_nano,
             })
             .collect(),
         _ => vec![],

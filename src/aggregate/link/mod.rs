@@ -234,6 +234,7 @@ fn start_kind(body: &Body) -> Option<Kind> {
         Body::KernelPhase { .. } => Some(Kind::KernelPhase),
         Body::Api(_) => Some(Kind::ApiCall),
         Body::SendWait { .. }
+        | Body::PeerWait
         | Body::Claim { .. }
         | Body::OpBytes { .. }
         | Body::InProgress
@@ -245,7 +246,7 @@ fn start_kind(body: &Body) -> Option<Kind> {
 }
 
 /// A collective's group key and nccl-tests size (0 when unknown, [`UNKNOWN_CLASS`]).
-fn coll_key(c: &CollStart, nranks: i32) -> (GroupKey, u64) {
+pub(super) fn coll_key(c: &CollStart, nranks: i32) -> (GroupKey, u64) {
     let bytes = test_size(c.func, c.count.saturating_mul(c.datatype.size()), nranks);
     let key = GroupKey::Coll(CollKey {
         func: c.func,

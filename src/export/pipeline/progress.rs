@@ -1,0 +1,165 @@
+//! The progress family (`nccl.progress.*`, `docs/metrics.md`): every interval, each live
+//! communicator's operations in flight, its oldest one, the last completed sequence numbers and
+//! the current hang episode, read from the communicator ([`crate::telemetry::CommDrops::progress`])
+//! whether or not NCCL made progress. Called on: the telemetry thread.
+#![forbid(unsafe_code)]
+
+use std::collections::{HashMap, HashSet};
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Meter};
+
+use super::super::catalogue::{Fresh, gauge};
+use super::super::limiter::Family;
+use super::{Pipeline, comm_attrs};
+use crate::aggregate::flight::CommProgress;
+use crate::telemetry::CommDrops;
+
+/// The family's instruments, and what the last interval reported.
+pub(super) struct Progress {
+    in_flight: Fresh<f64>,
+    oldest_age: Fresh<f64>,
+    oldest_idle: Fresh<f64>,
+    oldest_seq: Fresh<f64>,
+    oldest_bytes: Fresh<f64>,
+    completed_seq: Fresh<f64>,
+    stuck: Fresh<f64>,
+    episodes: Counter<u64>,
+    /// Per slot: the generation and the episodes reported for it.
+    episodes_seen: HashMap<usize, (u16, u64)>,
+    /// The stuck series of the last interval: one that ends is reported once more, at 0.
+    stuck_seen: HashSet<Vec<KeyValue>>,
+    stuck_now: HashSet<Vec<KeyValue>>,
+}
+
+impl Progress {
+    pub(super) fn new(meter: &Meter) -> Progress {
+        Progress {
+            in_flight: gauge(
+                meter,
+                "nccl.progress.in_flight",
+                "{operation}",
+                "Collectives and P2P sends started and not completed",
+            ),
+            oldest_age: gauge(
+                meter,
+                "nccl.progress.oldest.age",
+                "s",
+                "Time since the oldest operation in flight started",
+            ),
+            oldest_idle: gauge(
+                meter,
+                "nccl.progress.oldest.idle",
+                "s",
+                "Time since the oldest operation in flight or one of its children made progress",
+            ),
+            oldest_seq: gauge(
+                meter,
+                "nccl.progress.oldest.seq",
+                "{operation}",
+                "Sequence number (per function) of the oldest collective in flight",
+            ),
+            oldest_bytes: gauge(
+                meter,
+                "nccl.progress.oldest.bytes",
+                "By",
+                "Size of the oldest operation in flight as nccl-tests reports it",
+            ),
+            completed_seq: gauge(
+                meter,
+                "nccl.progress.completed.seq",
+                "{operation}",
+                "Sequence number of the last completed collective, per function",
+            ),
+            stuck: gauge(
+                meter,
+                "nccl.progress.hang.stuck",
+                "s",
+                "Time the hung operation has made no progress, per peer and wait kind (0 once it resumed)",
+            ),
+            episodes: meter
+                .u64_counter("nccl.progress.hang.episodes")
+                .with_unit("{episode}")
+                .with_description("Hang episodes: an operation made no progress for the hang threshold")
+                .build(),
+            episodes_seen: HashMap::new(),
+            stuck_seen: HashSet::new(),
+            stuck_now: HashSet::new(),
+        }
+    }
+
+    /// Starts an interval: last interval's gauges go.
+    pub(super) fn clear(&self) {
+        let gauges = [
+            &self.in_flight,
+            &self.oldest_age,
+            &self.oldest_idle,
+            &self.oldest_seq,
+            &self.oldest_bytes,
+            &self.completed_seq,
+            &self.stuck,
+        ];
+        gauges.into_iter().for_each(Fresh::clear);
+    }
+}
+
+impl Pipeline {
+    /// Records one communicator slot's progress: its episodes, and its gauges while it is live.
+    pub(super) fn progress(&mut self, c: &CommDrops) {
+        let p: &CommProgress = &c.progress;
+        let seen = self.progress.episodes_seen.entry(c.slot).or_default();
+        let before = if seen.0 == c.generation { seen.1 } else { 0 };
+        let new = p.episodes.saturating_sub(before);
+        *seen = (c.generation, p.episodes);
+        let base = comm_attrs(&c.meta);
+        if new > 0 || c.live {
+            let attrs = self.attrs_or_overflow(Family::Progress, base.clone(), 1);
+            self.progress.episodes.add(new, &attrs);
+        }
+        if !c.live {
+            return;
+        }
+        let attrs = self.attrs_or_overflow(Family::Progress, base.clone(), 1);
+        self.progress.in_flight.record(p.in_flight as f64, &attrs);
+        let with = |k: &'static str, v: &'static str| {
+            let mut attrs = base.clone();
+            attrs.push(KeyValue::new(k, v));
+            attrs
+        };
+        if let Some(o) = p.oldest {
+            let attrs = self.attrs_or_overflow(Family::Progress, with("nccl.func", o.func.as_str()), 4);
+            let g = &self.progress;
+            g.oldest_age.record(o.age.as_secs_f64(), &attrs);
+            g.oldest_idle.record(o.idle.as_secs_f64(), &attrs);
+            g.oldest_bytes.record(o.bytes as f64, &attrs);
+            if let Some(seq) = o.seq {
+                g.oldest_seq.record(seq as f64, &attrs);
+            }
+        }
+        for (func, seq) in &p.completed {
+            let attrs = self.attrs_or_overflow(Family::Progress, with("nccl.func", func.as_str()), 1);
+            self.progress.completed_seq.record(*seq as f64, &attrs);
+        }
+        if let Some(hang) = &p.hang {
+            let mut keys: Vec<_> = hang.channels.iter().map(|s| (s.peer, s.wait)).collect();
+            keys.sort();
+            keys.dedup();
+            for (peer, wait) in keys {
+                let mut attrs = with("nccl.wait", wait.as_str());
+                attrs.extend(peer.map(|p| KeyValue::new("nccl.peer", i64::from(p))));
+                let attrs = self.attrs_or_overflow(Family::Progress, attrs, 1);
+                self.progress.stuck.record(hang.idle.as_secs_f64(), &attrs);
+                self.progress.stuck_now.insert(attrs);
+            }
+        }
+    }
+
+    /// Ends the interval's progress: a stuck series that ended is reported at 0 once.
+    pub(super) fn end_progress(&mut self) {
+        let g = &mut self.progress;
+        for ended in g.stuck_seen.difference(&g.stuck_now) {
+            g.stuck.record(0.0, ended);
+        }
+        g.stuck_seen = std::mem::take(&mut g.stuck_now);
+    }
+}
