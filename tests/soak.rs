@@ -413,8 +413,9 @@ fn proxy<'a>(p: &Plugin, c: Comm, rx: Queue<Task>, shared: &'a Shared, calls: &A
                 probe.call(|| p.state(h, ty::SEND_GPU_WAIT, 0));
                 probe.call(|| p.state(h, ty::SEND_PEER_WAIT, 0));
                 probe.call(|| p.state(h, ty::SEND_WAIT, t.step_bytes));
-                probe.outcomes.ignored += 2;
-                probe.outcomes.record += 1;
+                // GPUWait is ignored; a step's first PeerWait is recorded.
+                probe.outcomes.ignored += 1;
+                probe.outcomes.record += 2;
             }
             for &h in handles.iter().take(n).filter(|h| !h.is_null()) {
                 probe.call(|| p.stop(h));

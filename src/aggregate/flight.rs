@@ -247,7 +247,7 @@ impl Flight {
             Body::ProxyStep { parent, .. } => {
                 if let Some(op) = self.ops.get_mut(&parent) {
                     op.steps += 1;
-                    op.at[POSTED] += 1;
+                    op.at[POSTED] = op.at[POSTED].saturating_add(1);
                     self.steps.insert(id, (parent, POSTED));
                 }
             }
@@ -308,8 +308,8 @@ impl Flight {
             return;
         };
         if let Some(op) = self.ops.get_mut(op) {
-            op.at[*at] -= 1;
-            op.at[to] += 1;
+            op.at[*at] = op.at[*at].saturating_sub(1);
+            op.at[to] = op.at[to].saturating_add(1);
         }
         *at = to;
     }
@@ -329,7 +329,7 @@ impl Flight {
     fn stop(&mut self, id: u64) {
         if let Some((op, at)) = self.steps.remove(&id) {
             if let Some(op) = self.ops.get_mut(&op) {
-                op.at[at] -= 1;
+                op.at[at] = op.at[at].saturating_sub(1);
             }
             return;
         }

@@ -18,6 +18,6 @@ pub mod summary;
 pub use link::{Sealed, release, summarize};
 pub use open::{Frontier, OpenOps};
 pub use summary::{
-    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, OpSample, P2pGroup, PHASES, Transfer, WindowId, WindowStats,
-    WindowSummary,
+    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, OpSample, P2pGroup, PHASES, Transfer, Waits, WindowId,
+    WindowStats, WindowSummary,
 };

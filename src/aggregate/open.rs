@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::flight::Flight;
-use super::summary::{CollKey, OpSample, Transfer};
+use super::summary::{CollKey, OpSample, Transfer, Waits};
 use crate::record::Datatype;
 
 /// How long a finished operation waits for late children after its window was processed, at
@@ -127,6 +127,10 @@ pub(super) struct Progress {
     pub gpu_stop: u64,
     /// Network transfers under its ProxyOps.
     pub transfers: u32,
+    /// The longest wait of a first send step for its peer (ticks), and that peer.
+    pub peer_wait: Option<(u64, i32)>,
+    /// The longest initial sync of its kernel channels (GPU ns).
+    pub sync_wait: Option<u64>,
 }
 
 impl Default for Progress {
@@ -140,6 +144,8 @@ impl Default for Progress {
             gpu_start: u64::MAX,
             gpu_stop: 0,
             transfers: 0,
+            peer_wait: None,
+            sync_wait: None,
         }
     }
 }
@@ -176,6 +182,24 @@ impl Progress {
         self.gpu_start = self.gpu_start.min(other.gpu_start);
         self.gpu_stop = self.gpu_stop.max(other.gpu_stop);
         self.transfers = self.transfers.saturating_add(other.transfers);
+        if let Some((ticks, peer)) = other.peer_wait {
+            self.waited(peer, ticks);
+        }
+        if let Some(ns) = other.sync_wait {
+            self.synced(ns);
+        }
+    }
+
+    /// A first send step waited `ticks` for `peer` to be ready to receive.
+    pub fn waited(&mut self, peer: i32, ticks: u64) {
+        if self.peer_wait.is_none_or(|(t, _)| ticks > t) {
+            self.peer_wait = Some((ticks, peer));
+        }
+    }
+
+    /// A kernel channel's initial sync with its peers took `ns`.
+    pub fn synced(&mut self, ns: u64) {
+        self.sync_wait = Some(self.sync_wait.map_or(ns, |s| s.max(ns)));
     }
 
     /// Some child was lost: neither clock can be complete.
@@ -216,6 +240,10 @@ impl Root {
             duration: host.flatten().map(|t| t as f64 * secs_per_tick),
             gpu: gpu.flatten().map(|ns| ns as f64 / 1e9),
             transfers: p.transfers,
+            waits: Waits {
+                peer: p.peer_wait.map(|(t, peer)| (peer, t as f64 * secs_per_tick)),
+                sync: p.sync_wait.map(|ns| ns as f64 / 1e9),
+            },
         }
     }
 }

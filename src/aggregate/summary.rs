@@ -57,6 +57,19 @@ pub struct OpSample {
     pub gpu: Option<f64>,
     /// Transfers under its linked ProxyOps.
     pub transfers: u32,
+    /// What it waited for its peers.
+    pub waits: Waits,
+}
+
+/// How long an operation waited for its peers (the straggler signals).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Waits {
+    /// The longest of its channels' first send transfers waited for the peer to post its receive
+    /// (SendPeerWait → SendWait of step 0): (that peer, seconds). `None` without such a step.
+    pub peer: Option<(i32, f64)>,
+    /// The longest initial synchronisation with its peers among its kernel channels (KernelPhase
+    /// `initial_sync`, NCCL 2.31+, GPU clock), seconds.
+    pub sync: Option<f64>,
 }
 
 /// What collectives are grouped by.

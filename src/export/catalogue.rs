@@ -274,7 +274,7 @@ fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &
         .build()
 }
 
-fn histogram(
+pub(super) fn histogram(
     meter: &Meter,
     name: impl Into<Cow<'static, str>>,
     unit: &'static str,

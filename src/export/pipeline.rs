@@ -209,6 +209,7 @@ impl Pipeline {
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
             let (sized, factor) = (g.key.size_class != UNKNOWN_CLASS, bus_factor(g.key.func, s.comm.nranks));
             self.inst.coll.record(&g.ops, &g.transfers, sized, factor, &attrs);
+            self.waits(&base, g.key.func, &g.ops);
         }
         for g in &s.p2ps {
             let mut attrs = base.clone();
@@ -229,6 +230,7 @@ impl Pipeline {
                 bus_factor(Func::Send, s.comm.nranks),
                 &attrs,
             );
+            self.waits(&base, Func::Send, &g.ops);
         }
         for l in &s.links {
             let key = link_attrs(&s.comm, l.rank, Some(l.peer));

@@ -19,8 +19,9 @@
 //!   with the GPU stop time and stop when the channel's ops are done (or after the modelled GPU
 //!   time for channels without network ops). From NCCL 2.31 the profiler thread makes these
 //!   callbacks ([`super::profiler_thread`]), with the channel's phases: the opening sync lasts
-//!   until the channel's first data from a peer arrived (1 µs without network receives), the
-//!   closing barrier 1 µs (none under LL/LL128).
+//!   until the channel's first data from a peer arrived (1 µs without network receives) and
+//!   its send peer was ready (a late or stalled peer), the closing barrier 1 µs (none under
+//!   LL/LL128).
 //! - ProxyCtrl: a Sleep/Wakeup burst around waiting for work, Idle/Active edges.
 //!
 //! Waits are coarse (sleep, also woken by new tasks) except for step stops, which are precise
@@ -176,6 +177,8 @@ struct Op {
     /// and ReduceScatter), else 1.
     slice: usize,
     done: bool,
+    /// Send: when the peer was ready for its first step, if it kept it waiting ([`Held`]).
+    peer_ready: Option<Instant>,
 }
 
 struct Kernel {
@@ -530,6 +533,7 @@ impl<'a> Proxy<'a> {
                         total,
                         slice,
                         done: plan.kind == OpKind::Abandoned,
+                        peer_ready: None,
                     }
                 })
                 .collect();
@@ -659,6 +663,11 @@ impl<'a> Proxy<'a> {
                                 .get(usize::from(k.plan.channel))
                                 .and_then(|a| a.as_ref()?.first());
                             let open = first.map_or(k.start + SYNC, |&t| t.clamp(k.start, end));
+                            // ... and until its send peer was ready for its first data.
+                            let ready = a.ops.iter().filter(|o| o.plan.channel == k.plan.channel);
+                            let open = ready
+                                .filter_map(|o| o.peer_ready)
+                                .fold(open, |open, t| open.max(t.clamp(k.start, end)));
                             let close = (!k.plan.ll).then(|| end.checked_sub(SYNC).unwrap_or(end).max(open));
                             let gpu = |t: Instant| gpu_ns(t, self.opts.gpu_timer_ns);
                             let phases = (m & mask::KERNEL_PHASE != 0)
@@ -734,12 +743,17 @@ impl<'a> Proxy<'a> {
         self.opts.stall.as_ref().is_some_and(|s| s.rank == self.world)
     }
 
-    /// Whether step `k` of `op` in the collective `truth` is held by [`Options::stall`].
+    /// Whether step `k` of `op` in the collective `truth` is held by [`Options::stall`] or
+    /// [`Options::late`].
     fn held(&self, op: &Op, truth: &CollTruth, k: usize) -> Held {
-        self.opts
-            .stall
-            .as_ref()
-            .map_or(Held::No, |s| s.held(self.world, op.plan.world_peer, truth.iteration, k))
+        let (o, peer) = (self.opts, op.plan.world_peer);
+        match o.stall.as_ref().map(|s| s.held(self.world, peer, truth.iteration, k)) {
+            Some(h) if h != Held::No => h,
+            _ => o
+                .late
+                .as_ref()
+                .map_or(Held::No, |l| l.held(self.world, peer, truth.iteration)),
+        }
     }
 
     /// The op's InProgress state, once, when the proxy first progresses it (v1–v3: its start).
@@ -853,6 +867,9 @@ impl<'a> Proxy<'a> {
             if let Some(pos) = op.steps.iter().position(|s| s.sent.is_none()) {
                 // The peer has not posted this step's receive while the stall holds it.
                 let hold = self.held(op, truth, op.stopped + pos);
+                if let (0, Held::Until(t)) = (op.stopped + pos, hold) {
+                    op.peer_ready = Some(t);
+                }
                 let s = &mut op.steps[pos];
                 let done_after = ((op.stopped + pos + 1) * op.slice) as i32;
                 let states = states && !s.handle.is_null();
@@ -1005,7 +1022,7 @@ impl<'a> Proxy<'a> {
                 now + Duration::from_secs(3600)
             } else {
                 let sent = match hold {
-                    Held::Until(t) => t,
+                    Held::Until(t) => t.max(now),
                     _ => now,
                 };
                 self.arrive(op, bytes, sent, arrived)
@@ -1106,7 +1123,7 @@ impl<'a> Proxy<'a> {
                     next.coarse(Instant::now() + Duration::from_millis(1));
                     return;
                 }
-                Held::Until(t) => t,
+                Held::Until(t) => t.max(Instant::now()),
                 Held::No => Instant::now(),
             };
             let ready = self.arrive(op, op.steps[i].bytes, sent, arrived);

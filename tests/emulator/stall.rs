@@ -1,10 +1,13 @@
-//! A rank that stops posting in the middle of one collective for a while ([`Options::stall`]),
-//! and what that does to its ring neighbours: the rank sending to it cannot hand it the held
-//! steps (its receives are not posted: SendPeerWait repeats, no SendWait), the rank receiving
-//! from it gets no data for them (its sends that forward that data wait for the GPU).
+//! Ranks that keep their peers waiting: one that stops posting in the middle of one collective for
+//! a while ([`Options::stall`]), one that enters every collective late ([`Options::late`]); and
+//! what that does to its ring neighbours: the rank sending to it cannot hand it the held steps
+//! (their receives are not posted: SendPeerWait repeats, no SendWait), the rank receiving from
+//! it gets no data for them (its sends that forward that data wait for the GPU).
 //!
 //! [`Options::stall`]: super::Options::stall
+//! [`Options::late`]: super::Options::late
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -27,11 +30,61 @@ pub struct Stall {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Held {
     No,
-    /// Until the stalled rank resumes.
+    /// Not before this time (the stalled rank resumes, the late rank entered).
     Until(Instant),
-    /// The stalled rank has not stopped yet: it will not post this step's counterpart before
-    /// it does.
+    /// The rank that holds it has not stopped (entered) yet: its counterpart of this step comes
+    /// later.
     Unknown,
+}
+
+/// A rank that enters each collective `delay` late: it waits that long before each iteration's
+/// calls, so the others wait for it there.
+#[derive(Clone, Debug)]
+pub struct Late {
+    /// World rank that is late.
+    pub rank: usize,
+    pub delay: Duration,
+    /// When it entered each iteration.
+    entered: Arc<Mutex<HashMap<usize, Instant>>>,
+    /// The delays it imposed, as measured (a sleep lasts a little longer than asked).
+    imposed: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl Late {
+    pub fn new(rank: usize, delay: Duration) -> Late {
+        Late {
+            rank,
+            delay,
+            entered: Arc::default(),
+            imposed: Arc::default(),
+        }
+    }
+
+    /// The delays imposed so far, in order.
+    pub fn imposed(&self) -> Vec<Duration> {
+        self.imposed.lock().unwrap().clone()
+    }
+
+    /// The late rank's user thread, before issuing iteration `iteration`: waits, then enters.
+    pub(crate) fn enter(&self, iteration: usize) {
+        let t0 = Instant::now();
+        std::thread::sleep(self.delay);
+        let now = Instant::now();
+        self.imposed.lock().unwrap().push(now - t0);
+        self.entered.lock().unwrap().insert(iteration, now);
+    }
+
+    /// Whether a step of an op of world rank `world` with the remote world rank `peer`, in the
+    /// collective of `iteration`, waits for the late rank.
+    pub(crate) fn held(&self, world: usize, peer: usize, iteration: usize) -> Held {
+        if peer != self.rank || world == self.rank {
+            return Held::No;
+        }
+        match self.entered.lock().unwrap().get(&iteration) {
+            Some(&t) => Held::Until(t),
+            None => Held::Unknown,
+        }
+    }
 }
 
 impl Stall {

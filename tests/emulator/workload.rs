@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use super::net::Network;
 use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr, ty};
 use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
-use super::stall::Stall;
+use super::stall::{Late, Stall};
 use super::time;
 use super::truth::{CollTruth, Report};
 
@@ -444,6 +444,8 @@ pub struct Options {
     pub captured: bool,
     /// One rank stops posting in the middle of one collective for a while.
     pub stall: Option<Stall>,
+    /// One rank enters every collective late (one call per iteration).
+    pub late: Option<Late>,
 }
 
 impl Default for Options {
@@ -465,6 +467,7 @@ impl Default for Options {
             preempt_every: 0,
             captured: false,
             stall: None,
+            late: None,
         }
     }
 }
@@ -684,6 +687,9 @@ impl Workload {
         }
         let mut issued = 0u64;
         for it in 0..self.options.iterations {
+            if let Some(late) = self.options.late.as_ref().filter(|l| l.rank == w) {
+                late.enter(it);
+            }
             for inst in &mut instances {
                 for call in &inst.spec.calls {
                     issued += self.issue(plugin, inst, w, call, it, &done);

@@ -18,7 +18,9 @@
 //!    chain of OpBytes marks instead (`op_marks`: each transfer's bytes are a difference of the
 //!    op's running totals, spec 8.7).
 //! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times); `kernel_phases`:
-//!    the GPU durations of the KernelPhases (v7), by phase.
+//!    the GPU durations of the KernelPhases (v7), by phase. Along the way, each operation's
+//!    waits for its peers ([`waits`]: a first send step's SendPeerWait → SendWait, an initial
+//!    sync).
 //! 4. `build`: hold every finished root in the table, release what is due, groups sorted by key.
 //!
 //! Invariants: an event "is in this window" iff its handle decodes to this window's communicator,
@@ -122,6 +124,8 @@ struct Slot {
     /// ProxyStep: bytes of that SendWait; KernelCh: GPU stop time; marked send op: slot of its
     /// last mark; mark: slot of the op's next mark (`NONE` for the last).
     value: u64,
+    /// ProxyStep: ts of its first SendPeerWait (0: none).
+    waited: u64,
     /// Coll/P2p: index into `roots`; send ProxyOp (once resolved): its root's index when that
     /// root is in this window, else `NONE`.
     root: u32,
@@ -135,6 +139,7 @@ impl Slot {
         stop: 0,
         sent: 0,
         value: 0,
+        waited: 0,
         root: NONE,
         link: NONE,
         flags: 0,
@@ -422,6 +427,9 @@ impl<'a> Pass<'a> {
                     slot.flags |= IN_PROGRESS;
                     self.unstopped = self.unstopped.wrapping_add(1);
                 }
+                Body::PeerWait if slot.waited == 0 && matches!(start, Body::ProxyStep { .. }) => {
+                    slot.waited = rec.ts.max(1);
+                }
                 Body::SendWait { bytes } if !slot.has(SENT) && matches!(start, Body::ProxyStep { .. }) => {
                     slot.sent = rec.ts;
                     slot.value = bytes;
@@ -482,7 +490,7 @@ impl<'a> Pass<'a> {
     fn transfers(&mut self) {
         for i in std::mem::take(&mut self.steps) {
             let i = i as usize;
-            let Body::ProxyStep { parent, .. } = self.records[i].body else {
+            let Body::ProxyStep { parent, step: index } = self.records[i].body else {
                 continue;
             };
             let slot = self.slots[i];
@@ -507,6 +515,7 @@ impl<'a> Pass<'a> {
                 tag: op.channel,
             };
             self.add_transfer(op, step);
+            self.first_step_wait(op, index, &slot);
         }
         for op in std::mem::take(&mut self.marked) {
             self.op_marks(op as usize);
@@ -557,16 +566,11 @@ impl<'a> Pass<'a> {
     /// The progress record of the root a child names: in this window, held, or pending (which
     /// then counts the child); `None` for no parent or another process's.
     fn progress(&mut self, parent: u64) -> Option<&mut Progress> {
-        match self.root_of(parent) {
-            RootRef::Here(r) => self.roots.get_mut(r as usize).map(|h| &mut h.root.p),
-            RootRef::Held(h) => self.open.held.get_mut(&h).map(|(root, _)| &mut root.p),
-            RootRef::Pending(h) => {
-                let pending = self.open.pending(h, self.at.now);
-                pending.children += 1;
-                Some(&mut pending.p)
-            }
-            RootRef::None => None,
+        let root = self.root_of(parent);
+        if let RootRef::Pending(h) = root {
+            self.open.pending(h, self.at.now).children += 1;
         }
+        self.root_progress(root)
     }
 
     /// Phase 3: link ProxyOps and KernelCh to their roots; count what never stopped.
@@ -631,7 +635,10 @@ impl<'a> Pass<'a> {
             match self.phase_secs.get_mut(usize::from(phase)) {
                 _ if !slot.has(GPU_STOPPED) => self.stats.unfinished += 1,
                 _ if slot.value < gpu_start => self.stats.invalid_gpu += 1,
-                Some(secs) => secs.push((slot.value - gpu_start) as f64 / 1e9),
+                Some(secs) => {
+                    secs.push((slot.value - gpu_start) as f64 / 1e9);
+                    self.sync_wait(i, slot.value - gpu_start);
+                }
                 None => {} // the hot path declines phases it does not know
             }
         }
@@ -703,12 +710,13 @@ impl<'a> Pass<'a> {
 mod api;
 mod groups;
 mod marks;
+mod waits;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::OpSample;
     use crate::aggregate::queue::Queue;
     use crate::aggregate::regression::Samples;
+    use crate::aggregate::{OpSample, Waits};
     use crate::record::Datatype;
     use crate::record::handle::CommId;
     use std::time::{Duration, Instant};
@@ -1009,7 +1017,8 @@ mod tests {
                     bytes: 4096,
                     duration: Some(250.0 / 1024.0),
                     gpu: None,
-                    transfers: 6
+                    transfers: 6,
+                    waits: Waits::default(),
                 }],
                 transfers: all.to_vec(),
             }]
@@ -1054,7 +1063,8 @@ mod tests {
                     bytes: 2048,
                     duration: Some(100.0 / 1024.0),
                     gpu: None,
-                    transfers: 2
+                    transfers: 2,
+                    waits: Waits::default(),
                 }],
                 transfers: ts.to_vec(),
             }]
@@ -1095,7 +1105,8 @@ mod tests {
                     bytes: 256,
                     duration: None,
                     gpu: None,
-                    transfers: 0
+                    transfers: 0,
+                    waits: Waits::default(),
                 }],
                 transfers: vec![],
             }]
@@ -1128,7 +1139,8 @@ mod tests {
                 bytes: 800,
                 duration: None,
                 gpu: None,
-                transfers: 2
+                transfers: 2,
+                waits: Waits::default(),
             }]
         );
         assert_eq!(s.colls[0].transfers, ts.to_vec());
@@ -1157,7 +1169,8 @@ mod tests {
                 bytes: 1024,
                 duration: Some(3000.0 / 1024.0),
                 gpu: None,
-                transfers: 1
+                transfers: 1,
+                waits: Waits::default(),
             }]
         );
         // Receive ops make no link or channel figures.
@@ -1199,9 +1212,52 @@ mod tests {
                 bytes: 1024,
                 duration: Some(0.5),
                 gpu: Some(4e-6),
-                transfers: 0
+                transfers: 0,
+                waits: Waits::default(),
             }]
         );
+    }
+
+    #[test]
+    fn first_steps_and_initial_syncs_tell_how_long_peers_kept_an_operation_waiting() {
+        let mut w = Win::default();
+        let c = w.coll(0, Func::AllReduce, 256, Datatype::Float32);
+        w.stop(c, 1);
+        // Channel 0 to peer 1 waited 40 ticks, channel 1 to peer 2 waited 100; a later step's
+        // wait (its data was late, not the peer) does not count.
+        for (ch, peer, wait) in [(0u8, 1, 40), (1, 2, 100)] {
+            let op = w.op(2, c, 0, peer, ch);
+            let first = w.start(10, Body::ProxyStep { parent: op, step: 0 });
+            w.rec(first, 20, Body::PeerWait);
+            w.rec(first, 20 + wait, Body::SendWait { bytes: 64 });
+            w.stop(first, 200);
+            let later = w.start(10, Body::ProxyStep { parent: op, step: 1 });
+            w.rec(later, 20, Body::PeerWait);
+            w.rec(later, 900, Body::SendWait { bytes: 64 });
+            w.stop(later, 950);
+            w.stop(op, 1000);
+            let k = w.kernel(10, c, ch, 1_000);
+            let sync = w.start(
+                10,
+                Body::KernelPhase {
+                    parent: k,
+                    phase: 0,
+                    gpu_start: 1_000,
+                },
+            );
+            w.rec(
+                sync,
+                11,
+                Body::PhaseStop {
+                    gpu_stop: 1_000 + 700 * u64::from(ch + 1),
+                },
+            );
+            w.rec(k, 11, Body::KernelChStop { gpu_stop: 5_000 });
+            w.stop(k, 11);
+        }
+        let waits = w.sum().colls[0].ops[0].waits;
+        assert_eq!(waits.peer, Some((2, 100.0 * SPT)));
+        assert_eq!(waits.sync, Some(1.4e-6));
     }
 
     /// Window 2 of the same communicator, a later cycle than `WIN`.
@@ -1330,7 +1386,8 @@ mod tests {
                 bytes: 64,
                 duration: Some(30.0 / 1024.0),
                 gpu: None,
-                transfers: 1
+                transfers: 1,
+                waits: Waits::default(),
             }]
         );
         assert_eq!(s.colls[0].transfers, vec![t(32, 7)]);
@@ -1366,13 +1423,15 @@ mod tests {
                     bytes: 8,
                     duration: None,
                     gpu: None,
-                    transfers: 0
+                    transfers: 0,
+                    waits: Waits::default(),
                 },
                 OpSample {
                     bytes: 8,
                     duration: None,
                     gpu: Some(4e-6),
-                    transfers: 0
+                    transfers: 0,
+                    waits: Waits::default(),
                 },
             ]
         );
@@ -1392,7 +1451,8 @@ mod tests {
                 bytes: 4096,
                 duration: None,
                 gpu: None,
-                transfers: 0
+                transfers: 0,
+                waits: Waits::default(),
             }]
         );
         assert_eq!(s.stats, stats(2, 0, 0));
@@ -1426,7 +1486,8 @@ mod tests {
                 bytes: 64,
                 duration: Some(10.0 / 1024.0),
                 gpu: None,
-                transfers: 1
+                transfers: 1,
+                waits: Waits::default(),
             }]
         );
         assert_eq!(b.stats, stats(7, 0, 0));
@@ -1471,7 +1532,8 @@ mod tests {
                 bytes: 1,
                 duration: Some(10.0 / 1024.0),
                 gpu: None,
-                transfers: 0
+                transfers: 0,
+                waits: Waits::default(),
             }]
         );
         assert!(s.links.is_empty() && s.channels.is_empty());
@@ -1503,7 +1565,8 @@ mod tests {
                     bytes: 100,
                     duration: Some(50.0 / 1024.0),
                     gpu: None,
-                    transfers: 1
+                    transfers: 1,
+                    waits: Waits::default(),
                 }],
                 transfers: vec![t(100, 10)],
             }]
@@ -1744,6 +1807,7 @@ mod tests {
             duration: None,
             gpu: None,
             transfers: 0,
+            waits: Waits::default(),
         };
         // The two Colls (no proxy ops: no time), and the call no Coll claimed.
         assert_eq!(

@@ -1,18 +1,21 @@
 //! The progress family (`nccl.progress.*`, `docs/metrics.md`): every interval, each live
 //! communicator's operations in flight, its oldest one, the last completed sequence numbers and
 //! the current hang episode, read from the communicator ([`crate::telemetry::CommDrops::progress`])
-//! whether or not NCCL made progress. Called on: the telemetry thread.
+//! whether or not NCCL made progress; and, from each window summary, how long its operations
+//! waited for their peers (the straggler histograms). Called on: the telemetry thread.
 #![forbid(unsafe_code)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Meter};
+use opentelemetry::metrics::{Counter, Histogram, Meter};
 
-use super::super::catalogue::{Fresh, gauge};
+use super::super::catalogue::{DURATION_BOUNDS, Fresh, gauge, histogram};
 use super::super::limiter::Family;
 use super::{Pipeline, comm_attrs};
+use crate::aggregate::OpSample;
 use crate::aggregate::flight::CommProgress;
+use crate::record::Func;
 use crate::telemetry::CommDrops;
 
 /// The family's instruments, and what the last interval reported.
@@ -25,6 +28,8 @@ pub(super) struct Progress {
     completed_seq: Fresh<f64>,
     stuck: Fresh<f64>,
     episodes: Counter<u64>,
+    peer_wait: Histogram<f64>,
+    sync_wait: Histogram<f64>,
     /// Per slot: the generation and the episodes reported for it.
     episodes_seen: HashMap<usize, (u16, u64)>,
     /// The stuck series of the last interval: one that ends is reported once more, at 0.
@@ -82,6 +87,20 @@ impl Progress {
                 .with_unit("{episode}")
                 .with_description("Hang episodes: an operation made no progress for the hang threshold")
                 .build(),
+            peer_wait: histogram(
+                meter,
+                "nccl.progress.peer_wait",
+                "s",
+                "Per operation and peer: how long its first transfer to the peer waited for the peer to post its receive",
+                &DURATION_BOUNDS,
+            ),
+            sync_wait: histogram(
+                meter,
+                "nccl.progress.sync_wait",
+                "s",
+                "Per operation: its longest kernel channel initial synchronisation with its peers (NCCL 2.31+)",
+                &DURATION_BOUNDS,
+            ),
             episodes_seen: HashMap::new(),
             stuck_seen: HashSet::new(),
             stuck_now: HashSet::new(),
@@ -151,6 +170,33 @@ impl Pipeline {
                 self.progress.stuck.record(hang.idle.as_secs_f64(), &attrs);
                 self.progress.stuck_now.insert(attrs);
             }
+        }
+    }
+
+    /// How long the operations `ops` of function `func` waited for their peers: by peer, and in
+    /// their initial sync.
+    pub(super) fn waits(&mut self, base: &[KeyValue], func: Func, ops: &[OpSample]) {
+        let mut by_peer: BTreeMap<i32, Vec<f64>> = BTreeMap::new();
+        for (peer, secs) in ops.iter().filter_map(|o| o.waits.peer) {
+            by_peer.entry(peer).or_default().push(secs);
+        }
+        let with_func = || {
+            let mut attrs = base.to_vec();
+            attrs.push(KeyValue::new("nccl.func", func.as_str()));
+            attrs
+        };
+        for (peer, secs) in by_peer {
+            let mut attrs = with_func();
+            attrs.push(KeyValue::new("nccl.peer", i64::from(peer)));
+            let attrs = self.attrs_or_overflow(Family::Progress, attrs, secs.len() as u64);
+            let h = self.progress.peer_wait.bind(&attrs);
+            secs.iter().for_each(|&s| h.record(s));
+        }
+        let sync: Vec<f64> = ops.iter().filter_map(|o| o.waits.sync).collect();
+        if !sync.is_empty() {
+            let attrs = self.attrs_or_overflow(Family::Progress, with_func(), sync.len() as u64);
+            let h = self.progress.sync_wait.bind(&attrs);
+            sync.iter().for_each(|&s| h.record(s));
         }
     }
 

@@ -36,6 +36,8 @@ fn setup() {
             std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.05");
             std::env::set_var("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "1024");
             std::env::set_var("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "64");
+            // The streams' clock jumps by up to an hour: no hang WARN per jump.
+            std::env::set_var("NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC", "86400");
         }
         // SAFETY: `report` is a plain `extern "C" fn()` that only reads atomics and writes stderr.
         unsafe { libc::atexit(report) };

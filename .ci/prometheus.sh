@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Prometheus for the alerting rules in docs/prometheus: installs Debian's prometheus package
+# (promtool 2.42) when promtool is missing, and checks the rules' syntax. tests/signals.rs then
+# runs `promtool test rules` on series made from the emulator's scenarios (REQUIRE_PROMTOOL=1
+# makes it fail rather than skip without promtool). Exits non-zero when promtool cannot be had.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v promtool >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -q prometheus >/dev/null 2>&1 \
+    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q prometheus >/dev/null; } \
+    || { echo "FAILED: cannot install prometheus (apt-get install prometheus); the rules were not checked"; exit 1; }
+fi
+promtool --version | head -n1
+promtool check rules docs/prometheus/nccl-rules.yml

@@ -1,0 +1,164 @@
+//! Prometheus series from exported OTLP requests, for `promtool test rules`.
+//!
+//! Prometheus 2.42 (Debian's, the one CI installs) has no OTLP receiver, so the series are made by
+//! the documented OTLP → Prometheus translation that its later OTLP receiver and the Collector's
+//! Prometheus exporters apply (OpenTelemetry specification, "Prometheus and OpenMetrics
+//! Compatibility"): dots become underscores in metric and label names; the unit is appended
+//! (`s` → `_seconds`, `By` → `_bytes`, `By/s` → `_bytes_per_second`, `1` → `_ratio` on gauges,
+//! `{…}` dropped); monotonic sums get `_total`; histograms become `_bucket{le}` (cumulative),
+//! `_sum` and `_count`; `service.name` becomes the `job` label. Each export request is one step of
+//! the test's interval.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
+
+use crate::otlp_receiver as rx;
+
+/// A series' samples, one per step (`None`: no sample then).
+pub type Series = BTreeMap<String, Vec<Option<f64>>>;
+
+fn unit_suffix(unit: &str, gauge: bool) -> Option<&'static str> {
+    match unit {
+        "s" => Some("seconds"),
+        "By" => Some("bytes"),
+        "By/s" => Some("bytes_per_second"),
+        "1" if gauge => Some("ratio"),
+        _ => None,
+    }
+}
+
+/// The Prometheus name of an OTLP metric (without `_total`, `_bucket`, … suffixes).
+pub fn name(m: &Metric) -> String {
+    let gauge = matches!(m.data, Some(metric::Data::Gauge(_)));
+    let mut name = m.name.replace('.', "_");
+    if let Some(suffix) = unit_suffix(&m.unit, gauge) {
+        name.push('_');
+        name.push_str(suffix);
+    }
+    name
+}
+
+/// The value of attribute `key`, as a string.
+pub fn attr(attrs: &[KeyValue], key: &str) -> Option<String> {
+    rx::attrs(attrs).remove(key)
+}
+
+fn labels(job: &str, attrs: &[KeyValue], extra: Option<(&str, String)>) -> BTreeMap<String, String> {
+    let mut l: BTreeMap<String, String> = rx::attrs(attrs)
+        .into_iter()
+        .map(|(k, v)| (k.replace('.', "_"), v))
+        .collect();
+    l.insert("job".into(), job.into());
+    if let Some((k, v)) = extra {
+        l.insert(k.into(), v);
+    }
+    l
+}
+
+/// `name{k="v",…}` in promtool's series syntax.
+pub fn selector(name: &str, labels: &BTreeMap<String, String>) -> String {
+    let inner: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    format!("{name}{{{}}}", inner.join(","))
+}
+
+/// Every sample of the points `keep` accepts (by attributes), one step per request.
+pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -> bool) -> Series {
+    let mut out = Series::new();
+    let steps = reqs.len();
+    let mut put = |key: String, step: usize, v: f64| {
+        out.entry(key).or_insert_with(|| vec![None; steps])[step] = Some(v);
+    };
+    for (step, req) in reqs.iter().enumerate() {
+        for rm in &req.resource_metrics {
+            let resource = rm.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
+            let job = attr(resource, "service.name").unwrap_or_default();
+            for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+                let base = name(m);
+                let numbers = match &m.data {
+                    Some(metric::Data::Gauge(g)) => Some((base.clone(), &g.data_points)),
+                    Some(metric::Data::Sum(s)) => Some((format!("{base}_total"), &s.data_points)),
+                    _ => None,
+                };
+                for (name, p) in numbers.iter().flat_map(|(n, ps)| ps.iter().map(move |p| (n, p))) {
+                    if keep(&p.attributes) {
+                        put(
+                            selector(name, &labels(&job, &p.attributes, None)),
+                            step,
+                            number(p.value),
+                        );
+                    }
+                }
+                let Some(metric::Data::Histogram(h)) = &m.data else {
+                    continue;
+                };
+                for p in h.data_points.iter().filter(|p| keep(&p.attributes)) {
+                    let l = labels(&job, &p.attributes, None);
+                    put(selector(&format!("{base}_count"), &l), step, p.count as f64);
+                    put(selector(&format!("{base}_sum"), &l), step, p.sum.unwrap_or(0.0));
+                    let mut cumulative = 0;
+                    let bounds = p.explicit_bounds.iter().map(|b| b.to_string()).chain(["+Inf".into()]);
+                    for (le, n) in bounds.zip(&p.bucket_counts) {
+                        cumulative += n;
+                        let l = labels(&job, &p.attributes, Some(("le", le)));
+                        put(selector(&format!("{base}_bucket"), &l), step, cumulative as f64);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn number(v: Option<number_data_point::Value>) -> f64 {
+    match v {
+        Some(number_data_point::Value::AsDouble(d)) => d,
+        Some(number_data_point::Value::AsInt(i)) => i as f64,
+        None => f64::NAN,
+    }
+}
+
+/// One alert a test expects: its name, the step it is evaluated at, and the label sets (beyond
+/// `alertname`) and summaries of the alerts that must fire then (empty: none).
+pub struct Expect {
+    pub alert: &'static str,
+    pub step: usize,
+    pub fired: Vec<(BTreeMap<String, String>, String)>,
+}
+
+/// One promtool test case: the series of a scenario and what its alerts must do.
+pub fn test_case(out: &mut String, name: &str, interval_secs: u64, series: &Series, expect: &[Expect]) {
+    let _ = writeln!(
+        out,
+        "  - name: {name:?}\n    interval: {interval_secs}s\n    input_series:"
+    );
+    for (key, values) in series {
+        let v: Vec<String> = values
+            .iter()
+            .map(|v| v.map_or("_".to_owned(), |v| format!("{v}")))
+            .collect();
+        let _ = writeln!(out, "      - series: '{key}'\n        values: '{}'", v.join(" "));
+    }
+    let _ = writeln!(out, "    alert_rule_test:");
+    for e in expect {
+        let _ = writeln!(
+            out,
+            "      - eval_time: {}s\n        alertname: {}\n        exp_alerts:",
+            e.step as u64 * interval_secs,
+            e.alert
+        );
+        if e.fired.is_empty() {
+            let _ = writeln!(out, "          []");
+        }
+        for (labels, summary) in &e.fired {
+            let _ = writeln!(out, "          - exp_labels:");
+            for (k, v) in labels {
+                let _ = writeln!(out, "              {k}: {v:?}");
+            }
+            let _ = writeln!(out, "            exp_annotations:\n              summary: {summary:?}");
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! Hang, straggler and slow-link signals against the emulator (NCCL 2.31.2, KernelCh always on),
+//! through the `file` exporter, on three-rank rings (ring r → r+1), one communicator per
+//! scenario:
+//! - (d) healthy, under host noise (a preempted proxy thread every few steps, jitter, a busy
+//!   core): no hang episode, no waits to speak of;
+//! - (a) rank 1 stops posting in the middle of one AllReduce for a while: within the threshold
+//!   plus two intervals every rank's export names the stuck operation and what it waits for
+//!   (rank 0, which sends to 1: a peer not ready to receive; rank 2, which receives from 1: data
+//!   from 1; rank 1 itself: nothing posted), each logs one WARN and counts one episode, and the
+//!   stuck series drop to 0 once the ring moves again;
+//! - (b) rank 2 enters every collective 5 ms (then 50 ms) late: its sender (rank 1) reports that
+//!   long a wait for peer 2, and both its neighbours that long an initial sync, within 10 % of
+//!   the delays the emulator imposed; rank 2 itself waits least;
+//! - (c) the link 1 → 2 is 4 times slower than the others.
+//!
+//! Then the exports of each scenario become Prometheus series (`prom_support`) and `promtool test
+//! rules` checks `docs/prometheus/nccl-rules.yml` on them: the alerts fire for (a)–(c) with the
+//! right labels and stay silent for (d). Without `promtool` that part is skipped with a message,
+//! unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
+
+mod emulator;
+mod export_support;
+mod otlp_receiver;
+mod prom_support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use emulator::release::{self, Release};
+use emulator::{Call, CommSpec, Late, Link, Network, Plugin, Report, Stall, Workload, logger};
+use export_support as sx;
+use otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+use prom_support::Expect;
+
+const INTERVAL: f64 = 0.25;
+const THRESHOLD: f64 = 1.0;
+/// promtool's step per export.
+const STEP_SECS: u64 = 15;
+const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus/nccl-rules.yml");
+
+fn ring(name: &str, hash: u64, bytes: u64, iterations: usize, net: Network) -> Workload {
+    let comm = CommSpec::new(name, 0..3)
+        .channels(2)
+        .with_hash(hash)
+        .calls([Call::all_reduce(bytes)]);
+    Workload::new(net).comm(comm).iterations(iterations).options(|o| {
+        o.preempt_every = 5;
+        o.peer_waits = 4;
+    })
+}
+
+fn net(gbytes_per_s: f64) -> Network {
+    Network::new(3, 1, Link::new_us(30.0, gbytes_per_s)).with_jitter(0.05)
+}
+
+/// One scenario's communicator and when it ran.
+struct Scenario {
+    name: &'static str,
+    hash: u64,
+    from: SystemTime,
+}
+
+fn decode(text: &str) -> Vec<ExportMetricsServiceRequest> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// When a request was collected (its first point's time).
+fn collected(req: &ExportMetricsServiceRequest) -> SystemTime {
+    let t = metrics(std::slice::from_ref(req))
+        .into_iter()
+        .flat_map(points)
+        .map(|p| p.time)
+        .find(|&t| t > 0)
+        .unwrap_or(0);
+    UNIX_EPOCH + Duration::from_nanos(t)
+}
+
+/// Every point of `name` of communicator `hash`, rank `rank`: (time, attributes, value, count).
+fn series(
+    reqs: &[ExportMetricsServiceRequest],
+    name: &str,
+    hash: u64,
+    rank: i32,
+) -> Vec<(SystemTime, BTreeMap<String, String>, f64, u64)> {
+    let (hash, rank) = (format!("{hash:#x}"), rank.to_string());
+    metrics(reqs)
+        .into_iter()
+        .filter(|m| m.name == name)
+        .flat_map(points)
+        .filter(|p| p.attrs["nccl.comm.hash"] == hash && p.attrs["nccl.rank"] == rank)
+        .map(|p| (UNIX_EPOCH + Duration::from_nanos(p.time), p.attrs, p.value, p.count))
+        .collect()
+}
+
+fn episodes(reqs: &[ExportMetricsServiceRequest], hash: u64, rank: i32) -> f64 {
+    series(reqs, "nccl.progress.hang.episodes", hash, rank)
+        .last()
+        .map_or(0.0, |p| p.2)
+}
+
+/// Mean of the latest (cumulative) histogram `name` of a rank, over the points `keep` accepts.
+fn mean(
+    reqs: &[ExportMetricsServiceRequest],
+    name: &str,
+    hash: u64,
+    rank: i32,
+    keep: impl Fn(&BTreeMap<String, String>) -> bool,
+) -> Option<f64> {
+    let last = series(reqs, name, hash, rank).into_iter().rev().find(|p| keep(&p.1))?;
+    (last.3 > 0).then(|| last.2 / last.3 as f64)
+}
+
+fn hang_warnings(hash: u64, rank: i32) -> usize {
+    let (comm, rank) = (format!("hang: communicator {hash:#x} "), format!(" rank {rank}/3: "));
+    logger::warnings()
+        .iter()
+        .filter(|w| w.contains(&comm) && w.contains(&rank))
+        .count()
+}
+
+/// Whether two points' times are of one export (a tenth of an interval apart at most).
+fn same_export(a: SystemTime, b: SystemTime) -> bool {
+    let d = a.duration_since(b).or_else(|_| b.duration_since(a)).unwrap_or_default();
+    d.as_secs_f64() < INTERVAL / 10.0
+}
+
+fn average(d: &[Duration]) -> f64 {
+    d.iter().map(Duration::as_secs_f64).sum::<f64>() / d.len() as f64
+}
+
+#[test]
+fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
+    let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("out-%p.jsonl");
+    let (interval, threshold) = (INTERVAL.to_string(), THRESHOLD.to_string());
+    // SAFETY: the only test of this binary, before its first `init`.
+    unsafe {
+        sx::base_env(&[
+            ("NCCL_PROFILER_OTEL_EXPORTER", "file"),
+            ("NCCL_PROFILER_OTEL_EXPORT_FILE", pattern.to_str().unwrap()),
+            ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", interval.as_str()),
+            ("NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC", threshold.as_str()),
+            ("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1"),
+            ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "100000"),
+            ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "50000"),
+        ]);
+    }
+    release::set(Release::V2_31_2);
+    let p = Plugin::in_process();
+    let mut scenarios = Vec::new();
+    let mut start = |name: &'static str, hash: u64| {
+        scenarios.push(Scenario {
+            name,
+            hash,
+            from: SystemTime::now(),
+        });
+        hash
+    };
+
+    // (d) Healthy, under host noise: a core kept busy meanwhile.
+    let healthy = start("(d) healthy", 0x4EA1_7001);
+    let busy = AtomicBool::new(true);
+    let report: Report = std::thread::scope(|s| {
+        s.spawn(|| {
+            while busy.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let r = ring("healthy", healthy, 6 << 20, 400, net(1.0)).run(&p);
+        busy.store(false, Ordering::Relaxed);
+        r
+    });
+    assert!(
+        report.elapsed > Duration::from_secs_f64(8.0 * INTERVAL),
+        "{:?}",
+        report.elapsed
+    );
+
+    // (a) Rank 1 stops posting after 3 steps of its third AllReduce, for the threshold plus
+    // four intervals.
+    let stalled = start("(a) stall", 0x5 << 40 | 0x7A11);
+    let hold = Duration::from_secs_f64(THRESHOLD + 4.0 * INTERVAL);
+    let stall = Stall::new(1, 2, 3, hold);
+    let report = ring("stall", stalled, 6 << 20, 4, net(1.0))
+        .options(|o| o.stall = Some(stall.clone()))
+        .run(&p);
+    let (_, began) = stall.began().expect("rank 1 stopped posting");
+    assert!(report.elapsed >= hold, "{:?}", report.elapsed);
+
+    // (b) Rank 2 enters every AllReduce late, by 5 ms and by 50 ms.
+    let mut lates = Vec::new();
+    for (name, hash, delay, iterations) in [
+        ("(b) late 5 ms", 0x1A7E_0005, 5, 400),
+        ("(b) late 50 ms", 0x1A7E_0050, 50, 45),
+    ] {
+        start(name, hash);
+        let late = Late::new(2, Duration::from_millis(delay));
+        let comm = format!("late{delay}");
+        ring(&comm, hash, 64 << 10, iterations, net(5.0))
+            .options(|o| o.late = Some(late.clone()))
+            .run(&p);
+        lates.push((hash, late));
+    }
+
+    // (c) The link 1 → 2 is 4 times slower.
+    let slow = start("(c) slow link", 0x5104_0102);
+    ring("slowlink", slow, 4 << 20, 400, net(5.0).slow_link(1, 2, 4.0)).run(&p);
+
+    let path = dir.join(format!("out-{}.jsonl", std::process::id()));
+    let reqs = decode(&std::fs::read_to_string(&path).unwrap());
+    sx::check_documented(&reqs);
+
+    // (d): nothing.
+    for rank in 0..3 {
+        assert_eq!(episodes(&reqs, healthy, rank), 0.0, "healthy rank {rank}");
+        assert_eq!(hang_warnings(healthy, rank), 0, "{:?}", logger::warnings());
+        let stuck = series(&reqs, "nccl.progress.hang.stuck", healthy, rank);
+        assert!(stuck.is_empty(), "healthy rank {rank}: {stuck:?}");
+        let wait = mean(&reqs, "nccl.progress.peer_wait", healthy, rank, |_| true).unwrap();
+        assert!(
+            wait < 1e-3,
+            "healthy rank {rank} waited {wait} s for its peer on average"
+        );
+    }
+
+    // (a): every rank names the right peer and kind within the threshold plus two intervals.
+    let deadline = began + Duration::from_secs_f64(THRESHOLD + 2.0 * INTERVAL);
+    let expected = [(0, "peer", Some("1")), (2, "recv", Some("1")), (1, "proxy", None)];
+    for (rank, wait, peer) in expected {
+        let stuck = series(&reqs, "nccl.progress.hang.stuck", stalled, rank);
+        let named =
+            |a: &BTreeMap<String, String>| a["nccl.wait"] == wait && a.get("nccl.peer").map(String::as_str) == peer;
+        let first = stuck
+            .iter()
+            .find(|(_, a, v, _)| *v > 0.0 && named(a))
+            .unwrap_or_else(|| panic!("rank {rank} never named {wait} {peer:?}: {stuck:?}"));
+        let after = first.0.duration_since(began).unwrap_or_default();
+        eprintln!("(a) rank {rank}: {wait} {peer:?} exported {after:?} after the stall began");
+        assert!(
+            first.0 <= deadline,
+            "rank {rank}: detected {after:?} after the stall began"
+        );
+        assert!(
+            stuck.iter().all(|(_, a, ..)| named(a)),
+            "rank {rank} also named something else: {stuck:?}"
+        );
+        assert!(
+            stuck.iter().any(|(t, _, v, _)| *v == 0.0 && *t > first.0),
+            "rank {rank}: the stuck series did not return to 0: {stuck:?}"
+        );
+        assert_eq!(episodes(&reqs, stalled, rank), 1.0, "rank {rank}");
+        assert_eq!(hang_warnings(stalled, rank), 1, "{:?}", logger::warnings());
+        let oldest = series(&reqs, "nccl.progress.oldest.seq", stalled, rank);
+        assert!(
+            oldest
+                .iter()
+                .any(|(t, a, v, _)| same_export(*t, first.0) && *v == 2.0 && a["nccl.func"] == "AllReduce"),
+            "rank {rank}: the stuck AllReduce is seqNumber 2: {oldest:?}"
+        );
+        let completed = series(&reqs, "nccl.progress.completed.seq", stalled, rank);
+        assert!(
+            completed
+                .iter()
+                .any(|(t, _, v, _)| same_export(*t, first.0) && *v == 1.0),
+            "rank {rank}: seqNumber 1 completed last: {completed:?}"
+        );
+    }
+
+    // (b): the late rank's peers wait what it imposed; it waits least.
+    for (hash, late) in &lates {
+        let imposed = average(&late.imposed());
+        let peer2 = |a: &BTreeMap<String, String>| a["nccl.peer"] == "2";
+        let waits = [
+            (
+                "rank 1's wait for peer 2",
+                mean(&reqs, "nccl.progress.peer_wait", *hash, 1, peer2),
+            ),
+            (
+                "rank 1's initial sync",
+                mean(&reqs, "nccl.progress.sync_wait", *hash, 1, |_| true),
+            ),
+            (
+                "rank 0's initial sync",
+                mean(&reqs, "nccl.progress.sync_wait", *hash, 0, |_| true),
+            ),
+        ];
+        for (what, wait) in waits {
+            let wait = wait.unwrap_or_else(|| panic!("{what}: none"));
+            eprintln!("(b) {imposed:.4} s imposed: {what} {wait:.4} s");
+            assert!(
+                (wait - imposed).abs() <= 0.1 * imposed,
+                "{what}: {wait} s, imposed {imposed} s"
+            );
+        }
+        let own = mean(&reqs, "nccl.progress.sync_wait", *hash, 2, |_| true).unwrap();
+        assert!(own < 0.1 * imposed, "the late rank's own initial sync: {own} s");
+        for (rank, peer) in [(0, "1"), (2, "0")] {
+            let other = mean(&reqs, "nccl.progress.peer_wait", *hash, rank, |a| {
+                a["nccl.peer"] == peer
+            })
+            .unwrap();
+            assert!(other < 0.1 * imposed, "rank {rank}'s wait for peer {peer}: {other} s");
+        }
+    }
+
+    promtool(&reqs, &scenarios, &lates, stalled);
+    p.close();
+}
+
+/// The Prometheus rules on each scenario's series.
+fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], lates: &[(u64, Late)], stalled: u64) {
+    let mut yaml = format!("rule_files:\n  - {RULES}\nevaluation_interval: {STEP_SECS}s\ntests:\n");
+    for (i, s) in scenarios.iter().enumerate() {
+        let to = scenarios.get(i + 1).map(|n| n.from);
+        let own: Vec<ExportMetricsServiceRequest> = reqs
+            .iter()
+            .filter(|r| collected(r) >= s.from && to.is_none_or(|to| collected(r) < to))
+            .cloned()
+            .collect();
+        let hash = format!("{:#x}", s.hash);
+        let series = prom_support::series(&own, |attrs| {
+            prom_support::attr(attrs, "nccl.comm.hash").as_deref() == Some(hash.as_str())
+        });
+        let last = own.len().saturating_sub(1);
+        let comm = |extra: &[(&str, &str)]| {
+            let name = series
+                .keys()
+                .find_map(|k| k.split("nccl_comm_name=\"").nth(1)?.split('"').next())
+                .unwrap_or_default()
+                .to_owned();
+            let mut l: BTreeMap<String, String> = [
+                ("job", "nccl".to_owned()),
+                ("nccl_comm_hash", hash.clone()),
+                ("nccl_comm_name", name),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+            l.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+            l
+        };
+        let none = |alert, step| Expect {
+            alert,
+            step,
+            fired: Vec::new(),
+        };
+        let all_silent = |step| {
+            ["NcclHang", "NcclRankStuck", "NcclStraggler", "NcclSlowLink"]
+                .into_iter()
+                .map(move |a| none(a, step))
+        };
+        let expect: Vec<Expect> = match s.hash {
+            h if h == stalled => {
+                // The first export with a rank's stuck series.
+                let step = own
+                    .iter()
+                    .position(|r| {
+                        let stuck = series_at(r, "nccl.progress.hang.stuck");
+                        stuck > 0.0
+                    })
+                    .expect("an export during the stall");
+                let l = comm(&[("severity", "critical"), ("nccl_peer", "1")]);
+                let summary = format!("Hang on communicator stall ({hash}), stuck on peer 1");
+                let r = comm(&[("severity", "critical"), ("nccl_rank", "1")]);
+                let rank = format!("Rank 1 of communicator stall ({hash}) is stuck");
+                vec![
+                    Expect {
+                        alert: "NcclHang",
+                        step,
+                        fired: vec![(l, summary)],
+                    },
+                    Expect {
+                        alert: "NcclRankStuck",
+                        step,
+                        fired: vec![(r, rank)],
+                    },
+                    none("NcclStraggler", step),
+                ]
+            }
+            h if lates.iter().any(|(l, _)| *l == h) => {
+                let l = comm(&[("severity", "warning"), ("nccl_peer", "2")]);
+                let name = l["nccl_comm_name"].clone();
+                let summary = format!("Straggler rank 2 in job nccl, communicator {name}");
+                vec![
+                    Expect {
+                        alert: "NcclStraggler",
+                        step: last,
+                        fired: vec![(l, summary)],
+                    },
+                    none("NcclHang", last),
+                    none("NcclSlowLink", last),
+                ]
+            }
+            0x5104_0102 => {
+                let l = comm(&[
+                    ("severity", "warning"),
+                    ("nccl_rank", "1"),
+                    ("nccl_peer", "2"),
+                    ("nccl_nranks", "3"),
+                ]);
+                let summary = "Slow link 1 -> 2 on communicator slowlink".to_owned();
+                vec![
+                    Expect {
+                        alert: "NcclSlowLink",
+                        step: last,
+                        fired: vec![(l, summary)],
+                    },
+                    none("NcclStraggler", last),
+                    none("NcclHang", last),
+                ]
+            }
+            _ => all_silent(last / 2).chain(all_silent(last)).collect(),
+        };
+        eprintln!("{}: {} exports, {} series", s.name, own.len(), series.len());
+        prom_support::test_case(&mut yaml, s.name, STEP_SECS, &series, &expect);
+    }
+    let file = std::env::temp_dir().join(format!("nccl-otel-rules-test-{}.yml", std::process::id()));
+    std::fs::write(&file, &yaml).unwrap();
+    let check = std::process::Command::new("promtool")
+        .args(["check", "rules", RULES])
+        .output();
+    let Ok(check) = check else {
+        assert!(
+            std::env::var_os("REQUIRE_PROMTOOL").is_none(),
+            "promtool not found (apt-get install prometheus)"
+        );
+        eprintln!(
+            "promtool not found: the rules were not checked (test input: {})",
+            file.display()
+        );
+        return;
+    };
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    let test = std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "promtool test rules {}:\n{}{}",
+        file.display(),
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+}
+
+/// The largest value of gauge `name` in one request.
+fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
+    metrics(std::slice::from_ref(req))
+        .into_iter()
+        .filter(|m| m.name == name)
+        .flat_map(points)
+        .map(|p| p.value)
+        .fold(0.0, f64::max)
+}
