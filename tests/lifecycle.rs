@@ -375,6 +375,12 @@ fn a_thousand_communicators_in_waves_leak_neither_memory_nor_threads() {
         STATS.stale.get() - stale0,
     );
     assert!(created >= 1000, "{created} communicators");
+    // A slot is allocated only while every allocated one is live or draining: at most the 40
+    // communicators live at once, plus one per thread that found every free slot draining.
+    assert!(
+        slots1 <= 4 * 10 + 4,
+        "{slots1} slots allocated for at most 40 live communicators"
+    );
     assert_eq!(
         threads1.len(),
         threads0.len(),
@@ -395,6 +401,35 @@ fn a_thousand_communicators_in_waves_leak_neither_memory_nor_threads() {
             rss1 >> 10
         );
     }
+}
+
+#[test]
+fn churn_from_several_threads_keeps_the_registry_bounded() {
+    let (_serial, s) = setup();
+    let p = &s.plugin;
+    // Six threads each keep one communicator live at a time and replace it as fast as they can
+    // (each finalize holds its slot's lock while it reads the windows): a register that finds
+    // every other slot live or being finalized waits for one instead of allocating another
+    // communicator, so no more slots than communicators live at once are ever allocated.
+    let slots0 = comm::all().count();
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| {
+                for _ in 0..500 {
+                    let (c, _) = p.init(None, next_hash(), 1, 2, 1);
+                    assert!(!c.context.is_null(), "init gives a context");
+                    traffic(p, &c, 500);
+                    p.finalize(c.context);
+                }
+            });
+        }
+    });
+    let slots1 = comm::all().count();
+    eprintln!("lifecycle: 3000 communicators from 6 threads: slots {slots0} -> {slots1}");
+    assert!(
+        slots1 <= slots0.max(6),
+        "{slots0} -> {slots1} slots for at most 6 live communicators"
+    );
 }
 
 #[test]

@@ -1,11 +1,14 @@
 //! The process-wide registry of communicators: [`MAX_COMMS`] slots, each holding a type-stable
 //! [`Comm`] allocated on first use and reused by later communicators with a new generation.
 //! Lookups by id, context or PXN hash tag are lock-free; `register` serialises on one lock.
+//! A new slot is allocated only when every allocated one is live (or still draining a window),
+//! so the slots allocated never exceed the most communicators live at once plus those draining,
+//! however fast communicators come and go.
 //! Called on: NCCL's init thread (`register`); any thread (lookups); the telemetry thread (`all`).
 #![forbid(unsafe_code)]
 
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -18,43 +21,63 @@ use crate::record::handle::{CommId, Context, GEN_MASK, MAX_COMMS};
 static COMMS: [OnceLock<&'static Comm>; MAX_COMMS] = [const { OnceLock::new() }; MAX_COMMS];
 static REGISTRY: Mutex<()> = Mutex::new(());
 
+/// Buckets of [`BY_TAG`].
+const TAG_BUCKETS: usize = 1024;
+/// For PXN lookups: per bucket of hash tags, the slot last registered with a tag in it
+/// ([`NO_SLOT`]: none). A hint, checked against the slot (live, same tag); a miss scans.
+static BY_TAG: [AtomicU16; TAG_BUCKETS] = [const { AtomicU16::new(NO_SLOT) }; TAG_BUCKETS];
+const NO_SLOT: u16 = u16::MAX;
+
+fn bucket(hash_tag: u64) -> usize {
+    (hash_tag ^ hash_tag >> 20 ^ hash_tag >> 40) as usize % TAG_BUCKETS
+}
+
 /// Registers a communicator and opens its first window; `None` when every slot is live (or still
 /// draining) or the windows cannot be allocated. Called on: NCCL's init thread.
 pub fn register(meta: CommMeta, config: &Config) -> Option<CommId> {
     let _registry = REGISTRY.lock();
     let (slot, comm, mut c) = free_slot(config)?;
     let generation = (comm.state.load(Ordering::Relaxed) & GEN_MASK) % GEN_MASK + 1;
+    let hash_tag = Context::tag(meta.hash);
     comm.activate(&mut c, generation, meta, config);
+    BY_TAG[bucket(hash_tag)].store(slot as u16, Ordering::Relaxed);
     Some(CommId {
         slot: slot as u16,
         generation: generation as u16,
     })
 }
 
-/// The first slot not live, not being finalized (its consumer lock is free) and whose windows
-/// are all READY (after recycling what a disabled communicator left), with its consumer lock;
-/// allocates a new `Comm` after the last one in use.
+/// A slot not live whose windows are all READY (after recycling what a disabled communicator
+/// left), with its consumer lock: the first one whose lock is free, else the first one being
+/// finalized or polled (its lock is taken: waited for, milliseconds), else a new `Comm` after
+/// the last one allocated. Called with the registry lock held.
 fn free_slot(config: &Config) -> Option<(usize, &'static Comm, MutexGuard<'static, Consumer>)> {
-    for (i, cell) in COMMS.iter().enumerate() {
-        let comm = match cell.get() {
-            Some(comm) => *comm,
-            None => {
-                let comm: &'static Comm = Box::leak(Box::new(Comm::new(i as u16, config)?));
-                *cell.get_or_init(|| comm)
-            }
-        };
-        if comm.state.load(Ordering::Acquire) & LIVE != 0 {
+    let mut busy = None;
+    for (i, comm) in all().enumerate() {
+        if comm.is_live() {
             continue;
         }
-        let Some(consumer) = comm.consumer.try_lock() else {
-            continue;
-        };
-        // Recycle every window (no short-circuit), then require all of them READY.
-        if comm.windows.iter().filter(|w| !w.recycle()).count() == 0 {
+        match comm.consumer.try_lock() {
+            Some(consumer) if ready(comm) => return Some((i, comm, consumer)),
+            Some(_) => {}
+            None => busy = busy.or(Some((i, comm))),
+        }
+    }
+    if let Some((i, comm)) = busy {
+        let consumer = comm.consumer.lock();
+        if !comm.is_live() && ready(comm) {
             return Some((i, comm, consumer));
         }
     }
-    None
+    let i = all().count();
+    let comm: &'static Comm = Box::leak(Box::new(Comm::new(i as u16, config)?));
+    let comm = *COMMS.get(i)?.get_or_init(|| comm);
+    Some((i, comm, comm.consumer.try_lock()?))
+}
+
+/// Recycles every window of a slot that is not live (no short-circuit); whether all are READY.
+fn ready(comm: &Comm) -> bool {
+    comm.windows.iter().filter(|w| !w.recycle()).count() == 0
 }
 
 /// The live communicator `id`, or `None` when stale. Called on: any thread; lock-free.
@@ -73,21 +96,69 @@ pub fn get_context(ctx: Context) -> Option<&'static Comm> {
 }
 
 /// The live communicator whose hash has this [`Context::tag`]: the same communicator seen from
-/// another process's PXN op. Called on: proxy threads; scans the slots allocated so far.
+/// another process's PXN op. Called on: proxy threads; one slot checked when the hint of its
+/// bucket is right, else a scan of the slots allocated so far.
 pub fn find_by_hash_tag(hash_tag: u64) -> Option<(CommId, &'static Comm)> {
-    all().enumerate().find_map(|(i, comm)| {
-        let state = comm.state.load(Ordering::Acquire);
-        (state & LIVE != 0 && comm.hash_tag.load(Ordering::Relaxed) == hash_tag).then_some((
-            CommId {
-                slot: i as u16,
-                generation: (state & GEN_MASK) as u16,
-            },
-            comm,
-        ))
-    })
+    let hint = BY_TAG[bucket(hash_tag)].load(Ordering::Relaxed);
+    let hinted = COMMS.get(usize::from(hint)).and_then(|c| c.get().copied());
+    if let Some(found) = hinted.and_then(|comm| with_tag(usize::from(hint), comm, hash_tag)) {
+        return Some(found);
+    }
+    all().enumerate().find_map(|(i, comm)| with_tag(i, comm, hash_tag))
+}
+
+/// Slot `i`'s communicator with its id, when it is live with this hash tag.
+fn with_tag(i: usize, comm: &'static Comm, hash_tag: u64) -> Option<(CommId, &'static Comm)> {
+    let state = comm.state.load(Ordering::Acquire);
+    (state & LIVE != 0 && comm.hash_tag.load(Ordering::Relaxed) == hash_tag).then_some((
+        CommId {
+            slot: i as u16,
+            generation: (state & GEN_MASK) as u16,
+        },
+        comm,
+    ))
 }
 
 /// Every communicator slot allocated so far, live or not (slots are allocated in order).
 pub fn all() -> impl Iterator<Item = &'static Comm> {
     COMMS.iter().map_while(|cell| cell.get().copied())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn meta(hash: u64) -> CommMeta {
+        CommMeta {
+            hash,
+            name: "pxn".into(),
+            rank: 0,
+            nranks: 2,
+            nnodes: 2,
+        }
+    }
+
+    #[test]
+    fn a_pxn_lookup_finds_its_communicator_when_its_bucket_hints_another() {
+        let config = Config::default();
+        let h1 = 0x5A5A_0000_0000_1234;
+        let tag1 = Context::tag(h1);
+        // A second hash in the same bucket: registered after the first, its slot is the hint.
+        let h2 = (1..)
+            .map(|i| h1 + i)
+            .find(|h| bucket(Context::tag(*h)) == bucket(tag1))
+            .unwrap();
+        let a = register(meta(h1), &config).unwrap();
+        let b = register(meta(h2), &config).unwrap();
+        assert_eq!(find_by_hash_tag(tag1).map(|(id, _)| id), Some(a));
+        assert_eq!(find_by_hash_tag(Context::tag(h2)).map(|(id, _)| id), Some(b));
+        for id in [a, b] {
+            get(id).unwrap().finalize(id, 1e-9).unwrap();
+        }
+        assert!(
+            find_by_hash_tag(tag1).is_none(),
+            "a finalized communicator is not found"
+        );
+    }
 }
