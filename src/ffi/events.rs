@@ -378,10 +378,12 @@ pub(super) fn record_event_state<A: StateArgs>(
 ) {
     let Some((h, comm)) = event(owner, handle) else { return };
     let body = match (h.kind, state) {
-        (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendPeerWait_v4 => match first_peer_wait(h) {
-            true => return comm.append(h, clock::now(), Body::PeerWait),
-            false => return,
-        },
+        (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendPeerWait_v4 => {
+            if first_peer_wait(h) {
+                comm.append(h, clock::now(), Body::PeerWait);
+            }
+            return;
+        }
         (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendWait => {
             args.map(|a| Body::SendWait { bytes: a.trans_size() })
         }

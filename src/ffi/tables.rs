@@ -200,8 +200,9 @@ unsafe extern "C" fn record_event_state_shim<A: StateArgs, const ABI: u8>(
     state: ncclProfilerEventState_t,
     args: *mut A,
 ) -> ncclResult_t {
-    // Only the times of transfer edges are used (SendWait; v1–v3: SendTransmitted, SendDone);
-    // read the clock first.
+    // The times of transfer edges (SendWait; v1–v3: SendTransmitted, SendDone): read the clock
+    // first. SendPeerWait reads it only once its repeat check let it through (NCCL may repeat it
+    // thousands of times per step).
     let edge = state == ncclProfilerProxyStepSendWait
         || (ABI <= 3 && (state == ncclProfilerProxyOpSendTransmitted || state == ncclProfilerProxyOpSendDone));
     let ts = if edge { clock::now() } else { UNTIMED };
