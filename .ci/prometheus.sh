@@ -6,13 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null; then
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get install -y -q prometheus >/dev/null 2>&1 \
-    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q prometheus >/dev/null; } \
-    || { echo "FAILED: cannot install prometheus (apt-get install prometheus); the rules were not checked"; exit 1; }
-fi
+. .ci/need.sh
+
+need promtool prometheus "the rules were not checked"
 promtool --version | head -n1
 promtool check rules docs/prometheus/nccl-rules.yml

@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use nccl_profiler_otel::aggregate::{CommMeta, Frontier, OpenOps, Sealed, WindowId, WindowSummary, summarize};
+use nccl_profiler_otel::aggregate::{CommMeta, Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, summarize};
 use nccl_profiler_otel::config::{Config, Export, Exporter};
 use nccl_profiler_otel::export::pipeline::Pipeline;
 use nccl_profiler_otel::record::handle::{CommId, Handle, Kind};
@@ -167,6 +167,7 @@ fn plain_pass(records: &[Record]) -> (u64, u64, u64) {
 fn summarize_all(records: &[Record], meta: &CommMeta) -> WindowSummary {
     let sealed = Sealed {
         records,
+        lanes: Lanes::single(records.len()),
         id: WINDOW,
         forced: false,
         lost_children: false,

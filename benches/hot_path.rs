@@ -6,7 +6,8 @@
 //!   live ProxyOp), SendWait state, ProxyStep stop; `single/step`: a whole send step (start,
 //!   SendGPUWait, SendPeerWait, SendWait, stop), per callback.
 //! - `two_threads`: a user thread (Coll start/stop) and a proxy thread (ProxyOp and its steps)
-//!   on one communicator at once, each timing its own callbacks; per callback.
+//!   on one communicator at once, each timing its own callbacks, against the same callbacks made
+//!   by one thread (`plugin_one_thread`) and the empty table; per unit of 24 callbacks.
 //!
 //! Criterion reports mean and median per callback. After it, a tail measurement times single
 //! callbacks with `rdtsc` (fenced) and prints median and p99 of plugin and baseline and what the
@@ -18,212 +19,21 @@
 
 #[path = "../tests/emulator/mod.rs"]
 mod emulator;
+#[path = "support/table.rs"]
+mod table;
 
-use std::ffi::{c_char, c_int, c_void};
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use emulator::{H, Plugin, descr, pid, ty};
-use nccl_profiler_otel::bindings::*;
-use nccl_profiler_otel::config::Config;
-use nccl_profiler_otel::{clock, comm};
+use emulator::{H, pid, ty};
+use nccl_profiler_otel::bindings::ncclProfilerEventDescr_v7_t;
+use nccl_profiler_otel::clock;
+use table::{Bench, Table, kernel_descr, step_descr};
 
 /// Callbacks per timed batch.
 const BATCH: u64 = 2000;
-
-unsafe extern "C" fn empty_init(
-    context: *mut *mut c_void,
-    _: u64,
-    mask: *mut c_int,
-    _: *const c_char,
-    _: c_int,
-    _: c_int,
-    _: c_int,
-    _: ncclDebugLogger_t,
-) -> ncclResult_t {
-    // SAFETY: the emulator passes valid out-parameters.
-    unsafe {
-        *context = std::ptr::dangling_mut::<c_void>();
-        *mask = 0x1e;
-    }
-    ncclSuccess
-}
-
-#[inline(never)]
-unsafe extern "C" fn empty_start(
-    _: *mut c_void,
-    h: *mut *mut c_void,
-    d: *mut ncclProfilerEventDescr_v7_t,
-) -> ncclResult_t {
-    black_box(d);
-    // SAFETY: the emulator passes a valid handle slot.
-    unsafe { *h = std::ptr::dangling_mut::<c_void>() };
-    ncclSuccess
-}
-
-#[inline(never)]
-unsafe extern "C" fn empty_stop(h: *mut c_void) -> ncclResult_t {
-    black_box(h);
-    ncclSuccess
-}
-
-#[inline(never)]
-unsafe extern "C" fn empty_state(
-    h: *mut c_void,
-    s: ncclProfilerEventState_t,
-    a: *mut ncclProfilerEventStateArgs_v7_t,
-) -> ncclResult_t {
-    black_box((h, s, a));
-    ncclSuccess
-}
-
-unsafe extern "C" fn empty_finalize(_: *mut c_void) -> ncclResult_t {
-    ncclSuccess
-}
-
-/// A table of callbacks that do nothing but write `*eHandle`.
-fn empty_table() -> ncclProfiler_v7_t {
-    ncclProfiler_v7_t {
-        name: c"empty".as_ptr(),
-        init: Some(empty_init),
-        startEvent: Some(empty_start),
-        stopEvent: Some(empty_stop),
-        recordEventState: Some(empty_state),
-        finalize: Some(empty_finalize),
-    }
-}
-
-/// One table, called exactly as NCCL does (through the function pointers).
-#[derive(Clone, Copy)]
-struct Table {
-    t: &'static ncclProfiler_v7_t,
-    context: *mut c_void,
-    /// A live ProxyOp handle (plugin) to parent steps.
-    op: *mut c_void,
-    /// A live Coll handle (plugin) to parent kernel channels.
-    coll: *mut c_void,
-}
-
-// SAFETY: opaque values handed between threads as NCCL does.
-unsafe impl Send for Table {}
-// SAFETY: as above.
-unsafe impl Sync for Table {}
-
-impl Table {
-    #[inline(always)]
-    fn start(&self, d: &mut ncclProfilerEventDescr_v7_t) -> *mut c_void {
-        let mut h = std::ptr::null_mut();
-        // SAFETY: valid handle slot and descriptor for the call.
-        unsafe { (self.t.startEvent.unwrap_unchecked())(self.context, &mut h, d) };
-        h
-    }
-
-    #[inline(always)]
-    fn stop(&self, h: *mut c_void) {
-        // SAFETY: any handle value is allowed.
-        unsafe { (self.t.stopEvent.unwrap_unchecked())(h) };
-    }
-
-    #[inline(always)]
-    fn state(&self, h: *mut c_void, s: u32, bytes: u64) {
-        let mut a = ncclProfilerEventStateArgs_v7_t {
-            proxyStep: ncclProfilerEventStateArgs_v5_t__bindgen_ty_1 {
-                transSize: bytes as usize,
-            },
-        };
-        // SAFETY: any handle value is allowed; `a` lives across the call.
-        unsafe { (self.t.recordEventState.unwrap_unchecked())(h, s, &mut a) };
-    }
-}
-
-/// The plugin's communicator and the consumer steps the bench drives between batches.
-struct Bench {
-    plugin: Plugin,
-    empty: &'static ncclProfiler_v7_t,
-    comm: emulator::Comm,
-    /// Virtual time of the consumer (moved forward by whole intervals).
-    now: Instant,
-}
-
-impl Bench {
-    fn new(hash: u64) -> Bench {
-        // SAFETY: set before the first `init` reads the environment; single-threaded here.
-        unsafe {
-            std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENABLE", "0");
-            std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "none");
-        }
-        let plugin = Plugin::in_process();
-        let (comm, mask) = plugin.init(Some("bench"), hash, 2, 2, 0);
-        assert!(!comm.context.is_null() && mask != 0);
-        Bench {
-            plugin,
-            empty: Box::leak(Box::new(empty_table())),
-            comm,
-            now: Instant::now(),
-        }
-    }
-
-    /// The plugin's table with a fresh Coll and ProxyOp to parent steps.
-    fn plugin_table(&self) -> Table {
-        let p = &self.plugin;
-        let coll = p.coll(
-            &self.comm,
-            H::NULL,
-            "AllReduce",
-            "RING",
-            "SIMPLE",
-            "ncclFloat32",
-            1 << 20,
-            1,
-            0,
-        );
-        p.stop(coll);
-        let op = p.proxy_op(self.comm.context, coll, pid(), 0, 1, 0, 1 << 20, true);
-        assert!(!op.is_null());
-        Table {
-            t: &nccl_profiler_otel::ffi::ncclProfiler_v7.0.table,
-            context: self.comm.context,
-            op: op.0,
-            coll: coll.0,
-        }
-    }
-
-    fn empty_table(&self) -> Table {
-        Table {
-            t: self.empty,
-            context: std::ptr::dangling_mut::<c_void>(),
-            op: std::ptr::dangling_mut::<c_void>(),
-            coll: std::ptr::dangling_mut::<c_void>(),
-        }
-    }
-
-    /// Closes the current window and processes it, as the telemetry thread would (untimed).
-    fn consume(&mut self) {
-        let interval = Config::global().interval;
-        let c = comm::all()
-            .find(|c| c.is_live() && c.meta().hash == self.comm.hash)
-            .expect("bench communicator");
-        for _ in 0..3 {
-            self.now += interval + comm::SETTLE;
-            black_box(c.poll(self.now, clock::secs_per_tick()));
-        }
-    }
-}
-
-fn step_descr(op: *mut c_void, step: i32) -> ncclProfilerEventDescr_v7_t {
-    let mut d = descr(ty::PROXY_STEP, H(op), 0);
-    d.__bindgen_anon_1.proxyStep.step = step;
-    d
-}
-
-fn kernel_descr(coll: *mut c_void, channel: u8) -> ncclProfilerEventDescr_v7_t {
-    let mut d = descr(ty::KERNEL_CH, H(coll), 0);
-    d.__bindgen_anon_1.kernelCh.channelId = channel;
-    d.__bindgen_anon_1.kernelCh.pTimer = 1_000_000;
-    d
-}
 
 /// What one batch times.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -345,14 +155,15 @@ fn single_thread(c: &mut Criterion) {
 }
 
 /// A user thread (Coll start + stop) and a proxy thread (ProxyOp start, 4 steps of 5 callbacks,
-/// ProxyOp stop) at once; the sum of both threads' timed callbacks.
+/// ProxyOp stop) at once, the sum of both threads' timed callbacks; against the same callbacks
+/// made by one thread (`plugin_one_thread`: what sharing the communicator between two threads
+/// costs) and the empty table.
 fn two_threads(c: &mut Criterion) {
     let mut b = Bench::new(0xBE7C_0002);
     let mut g = c.benchmark_group("hot_path/two_threads");
     // One unit: 2 user callbacks + 22 proxy callbacks.
     g.throughput(criterion::Throughput::Elements(24));
-    for plugin in [false, true] {
-        let name = if plugin { "plugin" } else { "empty" };
+    for (name, plugin, threads) in [("empty", false, 2), ("plugin", true, 2), ("plugin_one_thread", true, 1)] {
         g.bench_function(name, |bn| {
             bn.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -360,7 +171,11 @@ fn two_threads(c: &mut Criterion) {
                 while left > 0 {
                     let n = left.min(BATCH / 24);
                     let t = if plugin { b.plugin_table() } else { b.empty_table() };
-                    total += pair(&t, n);
+                    total += if threads == 2 {
+                        pair(&t, n)
+                    } else {
+                        user(&t, n, None) + proxy(&t, n, None)
+                    };
                     if plugin {
                         b.consume();
                     }
@@ -377,50 +192,42 @@ fn two_threads(c: &mut Criterion) {
 fn pair(t: &Table, n: u64) -> Duration {
     let go = Barrier::new(2);
     std::thread::scope(|s| {
-        let user = s.spawn(|| {
-            let mut descrs: Vec<_> = (0..n)
-                .map(|i| {
-                    emulator::plugin::coll_descr(
-                        0,
-                        H::NULL,
-                        c"AllReduce".as_ptr(),
-                        c"RING".as_ptr(),
-                        c"SIMPLE".as_ptr(),
-                        c"ncclFloat32".as_ptr(),
-                        1 << 20,
-                        1,
-                        i,
-                    )
-                })
-                .collect();
-            go.wait();
-            let t0 = Instant::now();
-            for d in &mut descrs {
-                let h = t.start(d);
-                t.stop(h);
-            }
-            t0.elapsed()
-        });
-        let proxy = s.spawn(|| {
-            let mut op = emulator::plugin::proxy_op_descr(H(t.op), pid(), 0, 1, 0, 4, 1 << 20, true);
-            go.wait();
-            let t0 = Instant::now();
-            for _ in 0..n {
-                let h = t.start(&mut op);
-                t.state(h, ty::OP_IN_PROGRESS, 0);
-                for k in 0..4 {
-                    let st = t.start(&mut step_descr(h, k));
-                    t.state(st, ty::SEND_GPU_WAIT, 0);
-                    t.state(st, ty::SEND_PEER_WAIT, 0);
-                    t.state(st, ty::SEND_WAIT, 1 << 20);
-                    t.stop(st);
-                }
-                t.stop(h);
-            }
-            t0.elapsed()
-        });
-        user.join().expect("user") + proxy.join().expect("proxy")
+        let u = s.spawn(|| user(t, n, Some(&go)));
+        let p = s.spawn(|| proxy(t, n, Some(&go)));
+        u.join().expect("user") + p.join().expect("proxy")
     })
+}
+
+/// The user thread's part of `n` units (Coll start, stop), timed after `go`.
+fn user(t: &Table, n: u64, go: Option<&Barrier>) -> Duration {
+    let mut descrs: Vec<_> = (0..n).map(table::allreduce_descr).collect();
+    go.map(Barrier::wait);
+    let t0 = Instant::now();
+    for d in &mut descrs {
+        let h = t.start(d);
+        t.stop(h);
+    }
+    t0.elapsed()
+}
+
+/// The proxy thread's part of `n` units (a ProxyOp of 4 send steps), timed after `go`.
+fn proxy(t: &Table, n: u64, go: Option<&Barrier>) -> Duration {
+    let mut op = emulator::plugin::proxy_op_descr(H(t.op), pid(), 0, 1, 0, 4, 1 << 20, true);
+    go.map(Barrier::wait);
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let h = t.start(&mut op);
+        t.state(h, ty::OP_IN_PROGRESS, 0);
+        for k in 0..4 {
+            let st = t.start(&mut step_descr(h, k));
+            t.state(st, ty::SEND_GPU_WAIT, 0);
+            t.state(st, ty::SEND_PEER_WAIT, 0);
+            t.state(st, ty::SEND_WAIT, 1 << 20);
+            t.stop(st);
+        }
+        t.stop(h);
+    }
+    t0.elapsed()
 }
 
 /// rdtsc, fenced so the timed call cannot move across it.

@@ -1,5 +1,5 @@
 //! Resident memory per communicator, measured (RSS from `/proc/self/statm`), not computed:
-//! idle after `init`, with one full window (100,000 records, the default capacity), with a
+//! idle after `init`, with one full window lane (100,000 records, the default capacity), with a
 //! tenth of that, and after `finalize`, for 1, 16 and 64 communicators. The baseline is the
 //! process's RSS before the communicators, measured in the same run; the ratio compares what a
 //! communicator holds resident with the bytes of the records it buffers.
@@ -13,6 +13,7 @@ mod emulator;
 use emulator::{H, Plugin, pid, rss, ty};
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::Config;
+use nccl_profiler_otel::record::handle::LANES;
 
 /// Records `n` records into the current window of `c`: a collective, a ProxyOp and send steps
 /// of three records each (start, SendWait, stop).
@@ -51,7 +52,7 @@ fn main() {
     let capacity = u64::from(Config::global().capacity);
     let slot = std::mem::size_of::<nccl_profiler_otel::buffer::arena::Slot>() as u64;
     println!(
-        "memory: resident set per communicator (RSS deltas from /proc/self/statm); window capacity {capacity} records"
+        "memory: resident set per communicator (RSS deltas from /proc/self/statm); window capacity {capacity} records per lane"
     );
     println!(
         "{:>6} {:>14} {:>18} {:>12} {:>18} {:>12} {:>16}",
@@ -96,7 +97,7 @@ fn main() {
         );
     }
     println!(
-        "(ratio = resident bytes / bytes of the records buffered at {slot} B per slot; the configured capacity alone would be {} per communicator: 4 windows × {capacity} slots)",
-        mib((4 * capacity * slot) as f64)
+        "(ratio = resident bytes / bytes of the records buffered at {slot} B per slot; the configured capacity alone would be {} per communicator: 4 windows × {LANES} lanes × {capacity} slots)",
+        mib((4 * LANES as u64 * capacity * slot) as f64)
     );
 }

@@ -1,7 +1,7 @@
-//! Loom model of one window: two producers claim and publish while the consumer scans, closes,
-//! seals, reads (giving up on slots not yet published, as `Comm::process` does), drains, resets
-//! and reopens it, and a producer may still claim after the reopen. Loom reports any concurrent
-//! access to a slot's `UnsafeCell`.
+//! Loom model of one window: two producers claim and publish in one lane while the consumer
+//! scans, closes, seals, reads (giving up on slots not yet published, as `Comm::process` does),
+//! drains, resets and reopens it, and a producer may still claim after the reopen. Loom reports
+//! any concurrent access to a slot's `UnsafeCell`.
 //! Run: `RUSTFLAGS="--cfg nccl_loom" cargo test --release --test loom_window`.
 #![cfg(nccl_loom)]
 
@@ -23,7 +23,7 @@ fn producers(w: &Arc<Window>) -> Vec<thread::JoinHandle<Option<(Claim, u64)>>> {
     (1..=2)
         .map(|id| {
             let w = w.clone();
-            thread::spawn(move || w.push(|_| rec(id)).map(|c| (c, id)))
+            thread::spawn(move || w.push(0, |_| rec(id)).map(|c| (c, id)))
         })
         .collect()
 }
@@ -34,7 +34,7 @@ fn consume(w: &Window) -> Vec<Option<u64>> {
     let _ = w.published(0); // the CLOSING scan, concurrent with producers
     assert!(w.close());
     let n = w.seal().unwrap();
-    let seen: Vec<Option<u64>> = (0..n).map(|s| w.published(s).map(|r| r.id)).collect();
+    let seen: Vec<Option<u64>> = w.lane_slots(0, n[0]).map(|s| w.published(s).map(|r| r.id)).collect();
     while !w.reset(n) {
         assert_eq!(
             w.state(),
@@ -61,7 +61,7 @@ fn give_up_drain_reset_and_reopen() {
         }
         assert!(w.open());
         // Both producers may have claimed the two slots after the reopen: then there is no room.
-        if let Some(mine) = w.push(|_| rec(3)) {
+        if let Some(mine) = w.push(0, |_| rec(3)) {
             assert_eq!(w.published(mine.slot).map(|r| r.id), Some(3));
         }
         for h in handles {

@@ -433,7 +433,9 @@ fn count_trigger_rotates_and_children_follow_their_parent() {
     // A collective starts in window A, then enough other traffic to pass the count trigger.
     let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 1 << 20, 1, 1);
     p.stop(coll);
-    let filler = COUNT_TRIGGER as i32 / 7 + 1; // 7 records per one-step collective
+    // 8 records per one-step collective: Coll start and stop; op start and stop; step start,
+    // SendPeerWait, SendWait and stop.
+    let filler = COUNT_TRIGGER as i32 / 8 + 1;
     (0..filler).for_each(|_| {
         allreduce(p, &c, 1, 64);
     });
@@ -480,9 +482,10 @@ fn time_trigger_and_grace_period_bound_a_window() {
 }
 
 /// With the telemetry thread off nothing is processed: the first window switches to the standby
-/// window armed at `init` when it holds `COUNT_TRIGGER` records, and the second, with no standby
-/// left, takes new events up to 3/4 of its capacity; the rest is kept for their children and
-/// stops. Every record that finds no room is counted, nothing waits.
+/// window armed at `init` when its application lane holds `COUNT_TRIGGER` records, and the second,
+/// with no standby left, takes new events up to 3/4 of that lane's capacity; the rest is kept for
+/// their stops (children have the proxy lane). Every record that finds no room is counted,
+/// nothing waits.
 #[test]
 fn a_full_window_drops_and_counts_without_waiting() {
     let (p, _) = setup();
@@ -494,23 +497,25 @@ fn a_full_window_drops_and_counts_without_waiting() {
         .collect();
     let accepted: Vec<H> = handles.iter().copied().filter(|h| !h.is_null()).collect();
     assert_eq!(accepted.len(), trigger + roots);
-    // Children of accepted events still fit in their parent's window, up to its capacity; then
-    // drops are counted (the current window has no room for new events either).
+    // Two children per accepted event go to their parent's window, in its proxy lane, up to
+    // that lane's capacity; then drops are counted (the current window has no room either).
     let ops: Vec<H> = accepted
         .iter()
-        .map(|&coll| p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true))
+        .flat_map(|&coll| [coll, coll])
+        .map(|coll| p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true))
         .collect();
-    let fitted = trigger.min(cap - trigger) + roots.min(cap - roots);
+    let fitted = 2 * trigger + cap;
     assert_eq!(ops.iter().filter(|h| !h.is_null()).count(), fitted);
-    // The first window still has room for its stops, the second none: counted.
+    // The first window's application lane still has room for its stops, the second for only
+    // `cap - roots` of them: the rest are counted.
     accepted.iter().for_each(|&h| p.stop(h));
     let comm = comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap();
-    let (root_drops, op_drops, stop_drops) = (2 * cap - accepted.len(), accepted.len() - fitted, roots);
+    let (root_drops, op_drops, stop_drops) = (2 * cap - accepted.len(), ops.len() - fitted, roots - (cap - roots));
     assert_eq!(comm.drop_counts().full, (root_drops + op_drops + stop_drops) as u64);
     let s = finalize(p, &c);
     assert_eq!(
         s.iter().map(|w| w.stats.records).sum::<u64>(),
-        (cap + 3 * trigger) as u64
+        (4 * trigger + 2 * cap) as u64
     );
     // Children that found no room (and ops never stopped): times withheld, not short.
     let ops = s.iter().flat_map(|w| &w.colls).flat_map(|g| &g.ops);

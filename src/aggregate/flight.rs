@@ -21,7 +21,7 @@
 //! Pure: the caller passes the time. Called on: the telemetry thread (or `finalize`).
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -190,6 +190,9 @@ const SENT: usize = 2;
 #[derive(Debug, Default)]
 pub struct Flight {
     roots: HashMap<u64, Live>,
+    /// The roots by (start, handle): completion takes every older one in one split, not a pass
+    /// over all of them.
+    order: BTreeSet<(u64, u64)>,
     ops: HashMap<u64, Op>,
     /// Send step → (its op, its state).
     steps: HashMap<u64, (u64, usize)>,
@@ -286,7 +289,10 @@ impl Flight {
                 children: 0,
                 open: 0,
             };
-            self.roots.insert(id, live);
+            if let Some(old) = self.roots.insert(id, live) {
+                self.order.remove(&(old.start, id));
+            }
+            self.order.insert((start, id));
         }
     }
 
@@ -350,15 +356,19 @@ impl Flight {
 
     /// The operation that started at `start` completed, and with it every older one.
     fn complete(&mut self, start: u64) {
-        let completed = &mut self.completed;
-        self.roots.retain(|_, r| {
-            let done = r.start <= start;
-            if let (true, Some(seq)) = (done, r.seq) {
-                let last = completed.entry(r.func).or_insert(seq);
+        let newer = match start.checked_add(1) {
+            Some(next) => self.order.split_off(&(next, 0)),
+            None => BTreeSet::new(),
+        };
+        for (_, id) in std::mem::replace(&mut self.order, newer) {
+            if let Some(Live {
+                func, seq: Some(seq), ..
+            }) = self.roots.remove(&id)
+            {
+                let last = self.completed.entry(func).or_insert(seq);
                 *last = (*last).max(seq);
             }
-            !done
-        });
+        }
     }
 
     /// Once per telemetry tick: forgets operations that cannot be followed and children of
@@ -368,6 +378,7 @@ impl Flight {
         self.roots
             .retain(|_, r| r.children > 0 || now.saturating_duration_since(r.seen) < CHILDLESS);
         let roots = &self.roots;
+        self.order.retain(|(_, id)| roots.contains_key(id));
         self.ops.retain(|_, op| roots.contains_key(&op.root));
         self.kernels.retain(|_, (root, _)| roots.contains_key(root));
         let ops = &self.ops;
@@ -421,13 +432,17 @@ impl Flight {
 
     /// The communicator's progress at `now`.
     pub fn snapshot(&self, now: Instant) -> CommProgress {
-        let oldest = self.roots.values().min_by_key(|r| r.start).map(|r| Oldest {
-            func: r.func,
-            seq: r.seq,
-            bytes: r.bytes,
-            age: now.saturating_duration_since(r.seen),
-            idle: now.saturating_duration_since(r.last),
-        });
+        let oldest = self
+            .order
+            .first()
+            .and_then(|(_, id)| self.roots.get(id))
+            .map(|r| Oldest {
+                func: r.func,
+                seq: r.seq,
+                bytes: r.bytes,
+                age: now.saturating_duration_since(r.seen),
+                idle: now.saturating_duration_since(r.last),
+            });
         CommProgress {
             in_flight: self.roots.len() as u64,
             oldest,

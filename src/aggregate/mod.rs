@@ -15,7 +15,7 @@ pub mod queue;
 pub mod regression;
 pub mod summary;
 
-pub use link::{Sealed, release, summarize};
+pub use link::{Lanes, Sealed, release, summarize};
 pub use open::{Frontier, OpenOps};
 pub use summary::{
     ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, OpSample, P2pGroup, PHASES, Transfer, Waits, WindowId,

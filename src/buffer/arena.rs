@@ -1,11 +1,14 @@
-//! The slot arena of a window: one allocation of record slots, zeroed and lazily backed by the
-//! kernel, whose unused pages are handed back after processing. A zeroed slot is a valid empty
-//! slot (stamp 0 is no epoch), so released pages read as empty.
-//! Called on: the consumer (allocation at `register`, release after processing and `finalize`);
+//! The slot arena of a window: one page-aligned anonymous mapping of record slots, zeroed and
+//! lazily backed by the kernel, whose unused pages are handed back after processing. A zeroed
+//! slot is a valid empty slot (stamp 0 is no epoch), so released pages read as empty. The mapping
+//! reserves no swap (`MAP_NORESERVE`): only the pages records touch count, also under strict
+//! overcommit.
+//! Called on: the consumer (mapping at `register`, release after processing and `finalize`);
 //! producers only write claimed slots (see [`super::window`]).
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::mem::MaybeUninit;
+use std::ops::{Deref, Range};
 
 use super::sync::{AtomicU32, UnsafeCell};
 use crate::record::Record;
@@ -18,55 +21,121 @@ pub struct Slot {
     pub record: UnsafeCell<MaybeUninit<Record>>,
 }
 
-/// Returns the whole pages of slots at and past `first` to the kernel (they read as zero, a
-/// valid empty slot, and cost no resident memory until touched again).
+/// A window's slots.
 #[cfg(not(nccl_loom))]
-pub fn release_from(slots: &[Slot], first: u32) {
-    let page = 4096usize;
-    let base = slots.as_ptr() as usize;
-    let end = base + std::mem::size_of_val(slots);
-    let from = (base + first as usize * size_of::<Slot>()).next_multiple_of(page);
-    if from < end {
-        let len = (end - from) / page * page;
-        // SAFETY: [from, from+len) lies inside our own slot allocation, which is never freed;
-        // MADV_DONTNEED zero-fills it, and all-zero bytes are a valid `Slot`. A racing late
-        // producer at worst writes a page that is then zero or kept: no invalid memory access.
-        unsafe { libc::madvise(from as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+pub struct Arena {
+    slots: std::ptr::NonNull<Slot>,
+    len: usize,
+}
+
+// SAFETY: the arena owns its mapping; `Slot` is `Sync` (atomics and a cell whose access the
+// window's claim protocol serialises).
+#[cfg(not(nccl_loom))]
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+#[cfg(not(nccl_loom))]
+unsafe impl Sync for Arena {}
+
+#[cfg(not(nccl_loom))]
+impl Arena {
+    /// `len` empty slots, mapped zeroed so untouched pages are never resident; `None` when the
+    /// address space cannot be had.
+    pub fn zeroed(len: usize) -> Option<Arena> {
+        let bytes = len.max(1).checked_mul(size_of::<Slot>())?;
+        // SAFETY: a fresh private anonymous mapping, no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Arena {
+            slots: std::ptr::NonNull::new(p.cast::<Slot>())?,
+            len: len.max(1),
+        })
+    }
+
+    /// Returns the whole pages of the slots in `range` to the kernel (they read as zero, a valid
+    /// empty slot, and cost no resident memory until touched again).
+    pub fn release(&self, range: Range<u32>) {
+        const PAGE: usize = 4096;
+        let base = self.slots.as_ptr() as usize;
+        let at = |slot: u32| base + (slot as usize).min(self.len) * size_of::<Slot>();
+        let from = at(range.start).next_multiple_of(PAGE);
+        // The mapping ends on a page boundary: its last page is released whole with the last slot.
+        let end = if range.end as usize >= self.len {
+            at(range.end).next_multiple_of(PAGE)
+        } else {
+            at(range.end) / PAGE * PAGE
+        };
+        if from < end {
+            // SAFETY: [from, end) lies inside our own mapping; MADV_DONTNEED zero-fills it, and
+            // all-zero bytes are a valid `Slot`. A racing late producer at worst writes a page
+            // that is then zero or kept: no invalid memory access.
+            unsafe { libc::madvise(from as *mut libc::c_void, end - from, libc::MADV_DONTNEED) };
+        }
     }
 }
 
-/// Under loom the slots are plain heap memory: nothing to release.
-#[cfg(nccl_loom)]
-pub fn release_from(_slots: &[Slot], _first: u32) {}
-
-/// `capacity` empty slots, allocated zeroed so untouched pages are never resident; `None` when
-/// the memory cannot be had.
 #[cfg(not(nccl_loom))]
-pub fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
-    let layout = std::alloc::Layout::array::<Slot>(capacity.max(1)).ok()?;
-    // SAFETY: the layout is non-zero-sized; a zeroed `Slot` is valid (stamp 0 is no epoch, the
-    // record is `MaybeUninit`); pointer and length describe exactly that allocation, made with
-    // the layout `Box<[Slot]>` frees it with.
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<Slot>();
-        (!ptr.is_null()).then(|| Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, capacity.max(1))))
+impl Deref for Arena {
+    type Target = [Slot];
+
+    fn deref(&self) -> &[Slot] {
+        // SAFETY: the mapping holds `len` zero-initialised slots (a valid `Slot` each) and lives
+        // as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.len) }
     }
 }
 
-/// Under loom: `capacity` empty slots of loom cells.
+#[cfg(not(nccl_loom))]
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `zeroed`; nothing borrows it any more.
+        unsafe { libc::munmap(self.slots.as_ptr().cast(), self.len * size_of::<Slot>()) };
+    }
+}
+
+/// Under loom: plain heap slots of loom cells; nothing to release.
 #[cfg(nccl_loom)]
-pub fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
-    Some(
-        (0..capacity)
-            .map(|_| Slot {
-                stamp: AtomicU32::new(0),
-                record: UnsafeCell::new(MaybeUninit::uninit()),
-            })
-            .collect(),
-    )
+pub struct Arena(Box<[Slot]>);
+
+#[cfg(nccl_loom)]
+impl Arena {
+    /// `len` empty slots.
+    pub fn zeroed(len: usize) -> Option<Arena> {
+        Some(Arena(
+            (0..len)
+                .map(|_| Slot {
+                    stamp: AtomicU32::new(0),
+                    record: UnsafeCell::new(MaybeUninit::uninit()),
+                })
+                .collect(),
+        ))
+    }
+
+    /// Nothing to release on the heap.
+    pub fn release(&self, _range: Range<u32>) {}
+}
+
+#[cfg(nccl_loom)]
+impl Deref for Arena {
+    type Target = [Slot];
+
+    fn deref(&self) -> &[Slot] {
+        &self.0
+    }
 }
 
 #[cfg(all(test, not(nccl_loom)))]
+#[allow(clippy::expect_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -76,6 +145,28 @@ mod tests {
             std::mem::size_of::<Slot>(),
             56,
             "docs/architecture.md states the slot size"
+        );
+    }
+
+    #[test]
+    fn the_arena_is_page_aligned_and_released_pages_read_as_zero() {
+        let a = Arena::zeroed(1000).expect("mapped");
+        assert_eq!(a.as_ptr() as usize % 4096, 0);
+        a.iter()
+            .for_each(|s| s.stamp.store(7, std::sync::atomic::Ordering::Relaxed));
+        a.release(100..990);
+        let first_released = (100 * size_of::<Slot>()).next_multiple_of(4096) / size_of::<Slot>() + 1;
+        assert_eq!(a[99].stamp.load(std::sync::atomic::Ordering::Relaxed), 7);
+        assert_eq!(a[first_released].stamp.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(
+            a[989].stamp.load(std::sync::atomic::Ordering::Relaxed),
+            7,
+            "a partial last page is kept"
+        );
+        a.release(0..1000);
+        assert!(
+            a.iter()
+                .all(|s| s.stamp.load(std::sync::atomic::Ordering::Relaxed) == 0)
         );
     }
 }

@@ -1,15 +1,19 @@
-//! One window: a pre-allocated array of record slots, a claim cursor and a per-slot epoch stamp.
+//! One window: a pre-allocated array of record slots in [`LANES`] lanes, a claim cursor per lane
+//! and a per-slot epoch stamp.
 //!
-//! Producers (NCCL's user and proxy threads) only ever [`Window::push`]: a `fetch_add` on the
-//! cursor claims a slot, the record is written, and the slot's stamp is set to the window's epoch
-//! with `Release`. Everything else belongs to the consumer role (the telemetry thread or `finalize`,
-//! serialised by the communicator's consumer lock), which owns every state edge:
+//! Producers (NCCL's user, proxy and profiler threads) only ever [`Window::push`] into the lane of
+//! their event's kind: a `fetch_add` on that lane's cursor claims a slot, the record is written,
+//! and the slot's stamp is set to the window's epoch with `Release`. Each lane's cursor has its
+//! own cache line and its slots their own range, so NCCL's threads, each writing mostly its own
+//! lane, never write a line another one writes. Everything else belongs to the consumer role (the
+//! telemetry thread or `finalize`, serialised by the communicator's consumer lock), which owns
+//! every state edge:
 //!
 //! | edge                   | owner    | what happens                                              |
 //! |------------------------|----------|-----------------------------------------------------------|
-//! | READY → FILLING        | consumer | [`Window::open`]: cursor 0, claims succeed again           |
+//! | READY → FILLING        | consumer | [`Window::open`]: cursors 0, claims succeed again          |
 //! | FILLING → CLOSING      | consumer | count or time trigger; a newer window takes new roots      |
-//! | CLOSING → PROCESSING   | consumer | [`Window::seal`]: cursor swapped past capacity, then every claimed slot is awaited |
+//! | CLOSING → PROCESSING   | consumer | [`Window::seal`]: cursors swapped past capacity, then every claimed slot is awaited |
 //! | PROCESSING → READY     | consumer | [`Window::reset`], once every slot claimed before the seal is stamped: epoch + 1, pages past the used part released |
 //!
 //! A READY or PROCESSING window is sealed, so a late producer's claim fails ("full") and is
@@ -23,9 +27,10 @@
 
 use crossbeam_utils::CachePadded;
 
-use super::arena::{Slot, release_from, zeroed_slots};
+use super::arena::{Arena, Slot};
 use super::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use crate::record::Record;
+use crate::record::handle::LANES;
 
 /// Cursor value of a sealed window; claims past it fail without wrapping for 2^62 attempts.
 const SEALED: u64 = 1 << 62;
@@ -47,20 +52,27 @@ pub enum WindowState {
 /// A slot claimed by [`Window::push`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claim {
-    /// Index of the slot.
+    /// Index of the slot in the window (lane `l`'s slots start at `l` × [`Window::stride`]).
     pub slot: u32,
+    /// Index of the slot in its lane: claims in that lane before this one.
+    pub index: u32,
     /// Window epoch the record was published in.
     pub epoch: u32,
 }
 
 /// A fixed-capacity window of records.
 pub struct Window {
-    cursor: CachePadded<AtomicU64>,
+    cursors: [CachePadded<AtomicU64>; LANES],
     epoch: AtomicU32,
     state: AtomicU8,
-    /// Slots claimed before the last seal (consumer-only).
-    sealed: AtomicU32,
-    slots: Box<[Slot]>,
+    /// Slots claimed per lane before the last seal (consumer-only).
+    sealed: [AtomicU32; LANES],
+    /// Slots per lane.
+    capacity: u32,
+    /// Distance between the first slots of two lanes: the capacity rounded up to 8 slots, so
+    /// each lane starts on a cache line of a page-aligned arena.
+    stride: u32,
+    slots: Arena,
 }
 
 // SAFETY: slots are written only by the thread that claimed them (unique index from `fetch_add`)
@@ -68,29 +80,36 @@ pub struct Window {
 unsafe impl Sync for Window {}
 
 impl Window {
-    /// A sealed READY window of `capacity` slots at epoch 1; `None` when out of memory. Untouched
-    /// slots cost no resident memory: the array is zero-allocated (a valid empty `Slot`).
+    /// A sealed READY window of `capacity` slots per lane at epoch 1; `None` when out of memory.
+    /// Untouched slots cost no resident memory: the arena is mapped zeroed (a valid empty `Slot`).
     pub fn new(capacity: u32) -> Option<Window> {
+        let stride = capacity.max(1).next_multiple_of(8);
         Some(Window {
-            cursor: CachePadded::new(AtomicU64::new(SEALED)),
+            cursors: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(SEALED))),
             epoch: AtomicU32::new(1),
             state: AtomicU8::new(WindowState::Ready as u8),
-            sealed: AtomicU32::new(0),
-            slots: zeroed_slots(capacity as usize)?,
+            sealed: std::array::from_fn(|_| AtomicU32::new(0)),
+            capacity: capacity.max(1),
+            stride,
+            slots: Arena::zeroed(stride as usize * LANES)?,
         })
     }
 
-    /// Claims a slot, writes `build(claim)` into it and publishes it.
-    /// `None` when the window is full or sealed. Called on: NCCL user and proxy threads.
+    /// Claims a slot in `lane`, writes `build(claim)` into it and publishes it.
+    /// `None` when the lane is full or the window sealed. Called on: NCCL user and proxy threads.
     #[inline]
-    pub fn push(&self, build: impl FnOnce(Claim) -> Record) -> Option<Claim> {
+    pub fn push(&self, lane: usize, build: impl FnOnce(Claim) -> Record) -> Option<Claim> {
         // Acquire: pairs with `open`'s Release, so the epoch bumped by `reset` is visible.
-        let index = self.cursor.fetch_add(1, Ordering::Acquire);
-        let slot = self.slots.get(usize::try_from(index).ok()?)?;
+        let index = self.cursors.get(lane)?.fetch_add(1, Ordering::Acquire);
+        if index >= u64::from(self.capacity) {
+            return None;
+        }
         let claim = Claim {
-            slot: index as u32,
+            slot: lane as u32 * self.stride + index as u32,
+            index: index as u32,
             epoch: self.epoch.load(Ordering::Relaxed),
         };
+        let slot = self.slots.get(claim.slot as usize)?;
         let record = build(claim);
         // SAFETY: `index` came from this `fetch_add` below capacity, so this thread alone owns the
         // slot this epoch; the consumer reads it only after the stamp below, and `reset` (the
@@ -117,14 +136,30 @@ impl Window {
         }
     }
 
-    /// Slots claimed so far (may exceed capacity while full; huge once sealed).
+    /// Slots claimed so far in all lanes, each at most its capacity (huge once sealed).
     pub fn claimed(&self) -> u64 {
-        self.cursor.load(Ordering::Relaxed)
+        (0..LANES).map(|l| self.lane_claimed(l)).fold(0, u64::saturating_add)
     }
 
-    /// Capacity in slots.
+    /// Slots claimed so far in `lane`, at most the capacity (huge once sealed).
+    #[inline]
+    pub fn lane_claimed(&self, lane: usize) -> u64 {
+        let cursor = self.cursors.get(lane).map_or(0, |c| c.load(Ordering::Relaxed));
+        if cursor >= SEALED {
+            cursor
+        } else {
+            cursor.min(u64::from(self.capacity))
+        }
+    }
+
+    /// Capacity in slots, per lane.
     pub fn capacity(&self) -> u32 {
-        self.slots.len() as u32
+        self.capacity
+    }
+
+    /// Index of lane `l`'s first slot is `l` × the stride.
+    pub fn stride(&self) -> u32 {
+        self.stride
     }
 
     fn transition(&self, from: WindowState, to: WindowState) -> bool {
@@ -139,7 +174,7 @@ impl Window {
         let opened = self.transition(WindowState::Ready, WindowState::Filling);
         if opened {
             // Release: pairs with `push`'s Acquire (new epoch visible to every claimer).
-            self.cursor.store(0, Ordering::Release);
+            self.cursors.iter().for_each(|c| c.store(0, Ordering::Release));
         }
         opened
     }
@@ -150,16 +185,20 @@ impl Window {
     }
 
     /// FILLING or CLOSING → PROCESSING: no claim succeeds after this. Returns how many slots were
-    /// claimed (capped at capacity); read them with [`Window::published`]. Called on: consumer.
-    pub fn seal(&self) -> Option<u32> {
+    /// claimed per lane (capped at capacity); read them with [`Window::published`]. Called on:
+    /// consumer.
+    pub fn seal(&self) -> Option<[u32; LANES]> {
         if !(self.transition(WindowState::Closing, WindowState::Processing)
             || self.transition(WindowState::Filling, WindowState::Processing))
         {
             return None;
         }
-        // AcqRel: every claim before the swap is counted in the returned value.
-        let claimed = self.cursor.swap(SEALED, Ordering::AcqRel).min(self.slots.len() as u64) as u32;
-        self.sealed.store(claimed, Ordering::Relaxed);
+        let mut claimed = [0; LANES];
+        for ((n, cursor), sealed) in claimed.iter_mut().zip(&self.cursors).zip(&self.sealed) {
+            // AcqRel: every claim before the swap is counted in the returned value.
+            *n = cursor.swap(SEALED, Ordering::AcqRel).min(u64::from(self.capacity)) as u32;
+            sealed.store(*n, Ordering::Relaxed);
+        }
         Some(claimed)
     }
 
@@ -178,18 +217,29 @@ impl Window {
         slot.stamp.load(Ordering::Acquire) == self.epoch()
     }
 
+    /// The slots of `lane` below `n`, as window slot indices.
+    pub fn lane_slots(&self, lane: usize, n: u32) -> std::ops::Range<u32> {
+        let first = lane as u32 * self.stride;
+        first..first + n.min(self.capacity)
+    }
+
     /// PROCESSING → READY, only once every slot claimed before the seal is published (else the
     /// window keeps draining and this returns `false`; call again later): bump the epoch (old
-    /// stamps and handles become stale) and release the memory of slots past `keep`.
-    /// Called on: consumer, after reading the sealed window.
-    pub fn reset(&self, keep: u32) -> bool {
-        let sealed = self.sealed.load(Ordering::Relaxed);
-        let claimed = self.slots.get(..sealed as usize).unwrap_or_default();
-        if self.state() != WindowState::Processing || !claimed.iter().all(|s| self.stamped(s)) {
+    /// stamps and handles become stale) and release the memory of each lane's slots past
+    /// `keep[lane]`. Called on: consumer, after reading the sealed window.
+    pub fn reset(&self, keep: [u32; LANES]) -> bool {
+        let drained = self.sealed.iter().enumerate().all(|(l, sealed)| {
+            self.lane_slots(l, sealed.load(Ordering::Relaxed))
+                .all(|s| self.slots.get(s as usize).is_some_and(|s| self.stamped(s)))
+        });
+        if self.state() != WindowState::Processing || !drained {
             return false;
         }
         self.epoch.fetch_add(1, Ordering::Relaxed);
-        release_from(&self.slots, keep);
+        for (l, keep) in keep.into_iter().enumerate() {
+            let lane = self.lane_slots(l, self.capacity);
+            self.slots.release(lane.start + keep.min(self.capacity)..lane.end);
+        }
         self.transition(WindowState::Processing, WindowState::Ready)
     }
 
@@ -198,13 +248,13 @@ impl Window {
     /// slot. Called on: consumer (`register`).
     pub fn recycle(&self) -> bool {
         self.seal();
-        self.reset(0) || self.state() == WindowState::Ready
+        self.reset([0; LANES]) || self.state() == WindowState::Ready
     }
 
     /// Releases the memory of every slot of a READY window. Called on: consumer (`finalize`).
     pub fn release(&self) {
         if self.state() == WindowState::Ready {
-            release_from(&self.slots, 0);
+            self.slots.release(0..self.stride * LANES as u32);
         }
     }
 }
@@ -226,29 +276,63 @@ mod tests {
     #[test]
     fn claims_publish_seal_and_reset() {
         let w = Window::new(4).unwrap();
-        assert_eq!(w.push(|_| rec(9)), None, "a new window is sealed until opened");
+        assert_eq!(w.stride(), 8, "lanes start on a cache line (8 slots of 56 bytes)");
+        assert_eq!(w.push(0, |_| rec(9)), None, "a new window is sealed until opened");
         assert!(w.open());
-        let claims: Vec<_> = (1..=4).map(|i| w.push(|_| rec(i)).unwrap()).collect();
-        assert_eq!(claims[3], Claim { slot: 3, epoch: 1 });
-        assert_eq!(w.push(|_| rec(5)), None, "full");
+        let claims: Vec<_> = (1..=4).map(|i| w.push(0, |_| rec(i)).unwrap()).collect();
+        assert_eq!(
+            claims[3],
+            Claim {
+                slot: 3,
+                index: 3,
+                epoch: 1
+            }
+        );
+        assert_eq!(w.push(0, |_| rec(5)), None, "lane 0 is full");
+        assert_eq!(
+            w.push(2, |_| rec(6)),
+            Some(Claim {
+                slot: 16,
+                index: 0,
+                epoch: 1
+            }),
+            "lane 2 is not"
+        );
+        assert_eq!(w.push(LANES, |_| rec(6)), None, "no such lane");
+        assert_eq!((w.claimed(), w.lane_claimed(1), w.lane_claimed(2)), (5, 0, 1));
         assert!(w.close());
         assert_eq!(w.published(2), Some(rec(3)));
-        assert_eq!(w.seal(), Some(4));
-        assert_eq!(w.push(|_| rec(6)), None, "sealed");
-        assert!(w.reset(4));
+        assert_eq!(w.published(16), Some(rec(6)));
+        assert_eq!(w.seal(), Some([4, 0, 1]));
+        assert_eq!(w.push(1, |_| rec(6)), None, "sealed");
+        assert!(w.reset([4, 0, 1]));
         assert_eq!(w.state(), WindowState::Ready);
         assert_eq!(w.published(0), None, "old stamps are stale after reset");
         assert!(w.open());
-        assert_eq!(w.push(|_| rec(7)), Some(Claim { slot: 0, epoch: 2 }));
+        assert_eq!(
+            w.push(1, |_| rec(7)),
+            Some(Claim {
+                slot: 8,
+                index: 0,
+                epoch: 2
+            })
+        );
     }
 
     #[test]
     fn edges_have_one_owner() {
         let w = Window::new(2).unwrap();
-        assert!(!w.close() && w.seal().is_none() && !w.reset(0), "READY only opens");
+        assert!(
+            !w.close() && w.seal().is_none() && !w.reset([0; LANES]),
+            "READY only opens"
+        );
         assert!(w.open() && !w.open());
-        assert_eq!(w.seal(), Some(0), "an empty FILLING window can be sealed directly");
-        assert!(w.reset(0));
+        assert_eq!(
+            w.seal(),
+            Some([0; LANES]),
+            "an empty FILLING window can be sealed directly"
+        );
+        assert!(w.reset([0; LANES]));
     }
 
     #[test]
@@ -256,14 +340,14 @@ mod tests {
         let w = Window::new(10_000).unwrap();
         w.open();
         (0..10_000).for_each(|i| {
-            w.push(|_| rec(i)).unwrap();
+            w.push(1, |_| rec(i)).unwrap();
         });
-        assert_eq!(w.seal(), Some(10_000));
-        assert!(w.reset(100));
+        assert_eq!(w.seal(), Some([0, 10_000, 0]));
+        assert!(w.reset([0, 100, 0]));
         w.release();
         assert!(w.slots.iter().all(|s| s.stamp.load(Ordering::Relaxed) <= 1));
         assert!(w.open());
-        assert_eq!(w.push(|_| rec(1)).map(|c| c.epoch), Some(2));
+        assert_eq!(w.push(1, |_| rec(1)).map(|c| c.epoch), Some(2));
     }
 
     #[test]
@@ -273,11 +357,16 @@ mod tests {
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let w = &w;
-                s.spawn(move || (0..10_000).for_each(|i| assert!(w.push(|_| rec(t << 32 | i)).is_some())));
+                s.spawn(move || {
+                    (0..10_000).for_each(|i| assert!(w.push(t as usize % LANES, |_| rec(t << 32 | i)).is_some()))
+                });
             }
         });
         let n = w.seal().unwrap();
-        let mut ids: Vec<u64> = (0..n).map(|i| w.published(i).unwrap().id).collect();
+        let mut ids: Vec<u64> = (0..LANES)
+            .flat_map(|l| w.lane_slots(l, n[l]))
+            .map(|s| w.published(s).unwrap().id)
+            .collect();
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), 40_000);

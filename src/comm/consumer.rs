@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS};
 use crate::aggregate::flight::{CommProgress, Flight};
-use crate::aggregate::{CommMeta, Frontier, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
+use crate::aggregate::{CommMeta, Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
 use crate::buffer::window::{Window, WindowState};
 use crate::config::Config;
-use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
+use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES};
 use crate::record::{Body, Record};
 
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
@@ -29,8 +29,8 @@ pub(super) struct Track {
     since: Instant,
     /// Sequence number of this window cycle (windows are numbered as they open).
     seq: u64,
-    /// Published records already scanned while CLOSING.
-    scanned: u32,
+    /// Per lane, published records already scanned while FILLING or CLOSING.
+    scanned: [u32; LANES],
     /// Events started and not yet stopped among the scanned records.
     open: i64,
     /// Start slots seen (bit per slot), so only real starts count and only their first stop.
@@ -99,7 +99,7 @@ impl Track {
         Track {
             since,
             seq: 0,
-            scanned: 0,
+            scanned: [0; LANES],
             open: 0,
             started: Vec::new(),
             stopped: Vec::new(),
@@ -244,7 +244,7 @@ impl Comm {
         let current = self.current_window();
         for (i, w) in self.windows.iter().enumerate() {
             if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
-                w.reset(0);
+                w.reset([0; LANES]);
             }
         }
         let mut order: Vec<usize> = (0..WINDOWS)
@@ -402,40 +402,51 @@ impl Comm {
     fn scan(&self, c: &mut Consumer, i: usize, now: Instant) {
         let (window, me) = (&self.windows[i], self.window_id(i));
         let t = &mut c.tracks[i];
-        let end = window.claimed().min(u64::from(window.capacity())) as u32;
-        while t.scanned < end {
-            let Some(record) = window.published(t.scanned) else {
-                break;
-            };
-            let slot = t.scanned;
-            t.scanned += 1;
-            if record.id != 0 {
-                c.open.flight.see(&record, now);
-            }
-            let Some(h) = Handle::decode(record.id)
-                .filter(|h| h.comm == me.comm && usize::from(h.window) == i && h.epoch == me.epoch & EPOCH_MASK)
-            else {
-                continue;
-            };
-            match record.body {
-                body if body.opens() && h.slot == slot => {
-                    set_bit(&mut t.started, slot);
-                    if h.kind == Kind::RecvOp {
-                        continue;
+        // A child is published after its parent, which may be in an earlier lane: each lane's
+        // published end is found from the last lane to the first, so no child is read before a
+        // parent published ahead of it.
+        let mut ends = [0; LANES];
+        for lane in (0..LANES).rev() {
+            let slots = window.lane_slots(lane, window.lane_claimed(lane).min(u64::from(u32::MAX)) as u32);
+            ends[lane] = (slots.start + t.scanned[lane]..slots.end)
+                .find(|&s| window.published(s).is_none())
+                .unwrap_or(slots.end);
+        }
+        for (lane, end) in ends.into_iter().enumerate() {
+            let first = window.lane_slots(lane, 0).start;
+            for slot in first + t.scanned[lane]..end {
+                let Some(record) = window.published(slot) else {
+                    break;
+                };
+                t.scanned[lane] = slot + 1 - first;
+                if record.id != 0 {
+                    c.open.flight.see(&record, now);
+                }
+                let Some(h) = Handle::decode(record.id)
+                    .filter(|h| h.comm == me.comm && usize::from(h.window) == i && h.epoch == me.epoch & EPOCH_MASK)
+                else {
+                    continue;
+                };
+                match record.body {
+                    body if body.opens() && h.slot == slot => {
+                        set_bit(&mut t.started, slot);
+                        if h.kind == Kind::RecvOp {
+                            continue;
+                        }
+                        t.open += 1;
                     }
-                    t.open += 1;
+                    Body::InProgress if has_bit(&t.started, h.slot) && set_bit(&mut t.progressing, h.slot) => {
+                        t.open += 1;
+                    }
+                    Body::Stop
+                        if has_bit(&t.started, h.slot)
+                            && (h.kind != Kind::RecvOp || has_bit(&t.progressing, h.slot))
+                            && set_bit(&mut t.stopped, h.slot) =>
+                    {
+                        t.open -= 1
+                    }
+                    _ => {}
                 }
-                Body::InProgress if has_bit(&t.started, h.slot) && set_bit(&mut t.progressing, h.slot) => {
-                    t.open += 1;
-                }
-                Body::Stop
-                    if has_bit(&t.started, h.slot)
-                        && (h.kind != Kind::RecvOp || has_bit(&t.progressing, h.slot))
-                        && set_bit(&mut t.stopped, h.slot) =>
-                {
-                    t.open -= 1
-                }
-                _ => {}
             }
         }
     }
@@ -461,8 +472,11 @@ impl Comm {
             ts: 0,
             body: Body::Stop,
         };
-        let records: Vec<Record> = (0..n)
-            .map(|s| {
+        let mut records: Vec<Record> = Vec::with_capacity(n.iter().map(|&k| k as usize).sum());
+        let mut start = [0; LANES];
+        for (lane, &claimed) in n.iter().enumerate() {
+            start[lane] = records.len() as u32;
+            records.extend(window.lane_slots(lane, claimed).map(|s| {
                 loop {
                     match window.published(s) {
                         Some(r) => break r,
@@ -473,16 +487,26 @@ impl Comm {
                         None => std::thread::yield_now(),
                     }
                 }
-            })
-            .collect();
-        let unscanned = records.get(c.tracks[i].scanned as usize..).unwrap_or_default();
-        for r in unscanned.iter().filter(|r| r.id != 0) {
-            c.open.flight.see(r, now);
+            }));
+        }
+        let lanes = Lanes {
+            stride: window.stride(),
+            start,
+            len: n,
+        };
+        // Lane by lane, parents ahead of their children, as `scan` reads them.
+        for lane in 0..LANES {
+            let from = (start[lane] + c.tracks[i].scanned[lane]) as usize;
+            let to = (start[lane] + n[lane]) as usize;
+            for r in records.get(from..to).unwrap_or_default().iter().filter(|r| r.id != 0) {
+                c.open.flight.see(r, now);
+            }
         }
         let at = self.frontier(c, now, Some(i), false);
         let lost = self.lost[i].swap(0, Ordering::Relaxed) == LOST | (id.epoch & EPOCH_MASK);
         let sealed = Sealed {
             records: &records,
+            lanes,
             id,
             forced,
             lost_children: lost,

@@ -6,10 +6,12 @@
 //! communicators with a new generation; handles and contexts carry (slot, generation), so a stale
 //! one is recognised by a generation mismatch without touching freed memory.
 //!
-//! Routing: new events go to the current FILLING window, but only up to [`ROOT_SHARE`] of its
-//! capacity, so the events already in it always have room for their children, states and stops.
-//! The root that fills it to the count trigger switches `current` to the standby window the
-//! consumer armed (opened in advance); the consumer closes the old one when it next looks.
+//! Routing: every record goes to its event kind's lane of a window ([`crate::record::handle::Kind::lane`]). New events
+//! go to the current FILLING window, but only up to [`ROOT_SHARE`] of their lane's capacity, so
+//! the events already in it always have room for their states and stops. The root that fills its
+//! lane to the count trigger switches `current` to the standby window the consumer armed (opened
+//! in advance), as does the consumer when the window's lanes together reach it; the consumer
+//! closes the old one when it next looks.
 //! Children go to their parent's window while it takes records (a Coll and its ProxyOps and
 //! ProxySteps are processed together), else to the current one, where the consumer's table of
 //! open operations links them; states and stops go to their event's window.
@@ -105,14 +107,14 @@ pub struct Comm {
     /// Index of the FILLING window new roots go to.
     current: AtomicU8,
     /// Index of an opened, empty window the current one switches to ([`NONE`]: none armed yet).
-    /// The consumer arms it; the first root to claim [`Comm::count_trigger`] slots in the
-    /// current window, or the consumer's own trigger, makes it current, so a busy window never
+    /// The consumer arms it; the first root to claim [`Comm::count_trigger`] slots in its lane of
+    /// the current window, or the consumer's own trigger, makes it current, so a busy window never
     /// waits for the telemetry thread to be scheduled.
     standby: AtomicU8,
-    /// Claims a new event may take in the current window.
+    /// Claims a new event may take in its lane of the current window.
     root_limit: u64,
-    /// Claims in the current window that switch it to the standby window: the count trigger,
-    /// at most `root_limit`.
+    /// Claims in a lane of the current window (or, for the consumer, in all of them) that switch
+    /// it to the standby window: the count trigger, at most `root_limit`.
     count_trigger: u64,
     windows: [Window; WINDOWS],
     /// Per window, `LOST | epoch` when a child of one of its operations was dropped for lack of

@@ -1,9 +1,10 @@
 //! The producer side of a communicator: routing each record to a window, lock-free and
-//! allocation-free. New events go to the current FILLING window up to [`super::ROOT_SHARE`] of its
-//! capacity; the one that fills it to the count trigger switches to the armed standby window
-//! (two atomics, once per window); children go to their parent's window while it takes records,
-//! else to the current one; states and stops go to their event's window.
-//! Called on: NCCL's user and proxy threads.
+//! allocation-free. Every record goes to its event kind's lane ([`Kind::lane`]) of the chosen
+//! window. New events go to the current FILLING window up to [`super::ROOT_SHARE`] of their
+//! lane's capacity; the one that fills its lane to the count trigger switches to the armed
+//! standby window (two atomics, once per window); children go to their parent's window while it
+//! takes records, else to the current one; states and stops go to their event's window.
+//! Called on: NCCL's user, proxy and profiler threads.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::Ordering;
@@ -20,47 +21,25 @@ impl Comm {
     /// Called on: NCCL user and proxy threads; lock-free, allocation-free.
     #[inline]
     pub fn start(&self, id: CommId, kind: Kind, parent: Option<Handle>, ts: u64, body: Body) -> Option<u64> {
-        let push = |w: u8, limit: u64| -> Option<(u64, u32)> {
-            let window = self.windows.get(usize::from(w)).filter(|win| win.claimed() < limit)?;
-            let claim = window.push(|c| Record {
-                id: Handle {
-                    comm: id,
-                    window: w,
-                    epoch: c.epoch & EPOCH_MASK,
-                    kind,
-                    slot: c.slot,
-                }
-                .encode(),
-                ts,
-                body,
-            })?;
-            let handle = Handle {
-                comm: id,
-                window: w,
-                epoch: claim.epoch & EPOCH_MASK,
-                kind,
-                slot: claim.slot,
-            };
-            Some((handle.encode(), claim.slot))
-        };
+        let push = |w: u8, limit: Option<u64>| self.push_start(id, kind, w, limit, ts, body);
         // The parent's window may be full or sealed: then the child goes to the current window,
         // and the consumer's table of open operations links it.
         if let Some(p) = parent.filter(|p| p.comm == id && self.epoch_matches(*p))
-            && let Some((h, _)) = push(p.window, u64::MAX)
+            && let Some((h, _)) = push(p.window, None)
         {
             return Some(h);
         }
         // Relaxed: `push` synchronises with the window's opening through its cursor.
         let cur = self.current.load(Ordering::Relaxed);
-        let handle = match push(cur, self.root_limit) {
-            Some((h, slot)) => {
-                if u64::from(slot) + 1 >= self.count_trigger {
+        let handle = match push(cur, Some(self.root_limit)) {
+            Some((h, index)) => {
+                if u64::from(index) + 1 >= self.count_trigger {
                     self.switch_to_standby(cur);
                 }
                 Some(h)
             }
             None if self.switch_to_standby(cur) => {
-                push(self.current.load(Ordering::Relaxed), self.root_limit).map(|(h, _)| h)
+                push(self.current.load(Ordering::Relaxed), Some(self.root_limit)).map(|(h, _)| h)
             }
             None => None,
         };
@@ -71,6 +50,31 @@ impl Comm {
             }
         }
         handle
+    }
+
+    /// Claims a slot in `kind`'s lane of window `w` for the start of a new event, if that lane
+    /// holds fewer than `limit` claims, and writes its record; returns the event's handle and its
+    /// index in the lane.
+    #[inline(always)]
+    fn push_start(&self, id: CommId, kind: Kind, w: u8, limit: Option<u64>, ts: u64, body: Body) -> Option<(u64, u32)> {
+        let lane = kind.lane();
+        let window = self.windows.get(usize::from(w))?;
+        if limit.is_some_and(|limit| window.lane_claimed(lane) >= limit) {
+            return None;
+        }
+        let mut handle = 0;
+        let claim = window.push(lane, |c| {
+            handle = Handle {
+                comm: id,
+                window: w,
+                epoch: c.epoch & EPOCH_MASK,
+                kind,
+                slot: c.slot,
+            }
+            .encode();
+            Record { id: handle, ts, body }
+        })?;
+        Some((handle, claim.index))
     }
 
     /// Makes the standby window current in place of `cur`, if `cur` still is and a standby is
@@ -140,7 +144,7 @@ impl Comm {
         let id = handle.encode();
         let current = |epoch: u32| epoch & EPOCH_MASK == handle.epoch;
         let pushed = self.windows.get(usize::from(handle.window)).and_then(|w| {
-            w.push(|c| Record {
+            w.push(handle.kind.lane(), |c| Record {
                 id: if current(c.epoch) { id } else { 0 },
                 ts,
                 body,

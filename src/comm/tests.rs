@@ -138,13 +138,14 @@ fn new_events_leave_room_for_the_stops_of_those_already_in() {
     let roots: Vec<Handle> = (0..limit).map(|i| coll(&comm, i).unwrap()).collect();
     assert!(coll(&comm, 99).is_none(), "past the root share a new event is refused");
     assert_eq!(comm.drop_counts().full, 1);
-    // The rest of the window is for children, states and stops of the events in it.
+    // The rest of the lane is for states and stops of the events in it; children have lanes of
+    // their own.
     assert_eq!(proxy_op(&comm, roots[0]).unwrap().window, 0);
-    for r in &roots[..3] {
+    for r in &roots[..4] {
         comm.append(*r, 100, Body::Stop);
     }
     assert_eq!(comm.drop_counts().full, 1, "every stop found room");
-    comm.append(roots[3], 100, Body::Stop);
+    comm.append(roots[4], 100, Body::Stop);
     assert_eq!(
         comm.drop_counts().full,
         2,
@@ -158,7 +159,7 @@ fn a_child_that_cannot_join_its_full_parent_window_is_linked_from_the_current_on
     let c = coll(&comm, 0).unwrap();
     comm.append(c, 1, Body::Stop);
     assert!(poll(&comm, t0, INTERVAL).is_empty());
-    for _ in 0..3 {
+    for _ in 0..4 {
         let op = proxy_op(&comm, c).unwrap();
         assert_eq!(op.window, 0);
         comm.append(op, 5, Body::Stop);
@@ -166,7 +167,7 @@ fn a_child_that_cannot_join_its_full_parent_window_is_linked_from_the_current_on
     let spilled = proxy_op(&comm, c).unwrap();
     assert_eq!(
         spilled.window, 1,
-        "window 0 is full: the child goes to the current window"
+        "window 0's proxy lane is full: the child goes to the current window"
     );
     comm.append(spilled, 60, Body::Stop);
     assert_eq!(comm.drop_counts().full, 0);
@@ -225,11 +226,11 @@ fn a_lost_child_withholds_its_own_window_cycle_only() {
     no_standby(&comm);
     let c = coll(&comm, 0).unwrap();
     comm.append(c, 1, Body::Stop);
-    for _ in 0..3 {
+    for _ in 0..4 {
         let op = proxy_op(&comm, c).unwrap();
         comm.append(op, 5, Body::Stop);
     }
-    // Windows 0 (the parent's) and the current one are the same, and full.
+    // Windows 0 (the parent's) and the current one are the same, and their proxy lane full.
     assert!(proxy_op(&comm, c).is_none());
     assert_eq!(comm.drop_counts().full, 1);
     let mut ops = Vec::new();

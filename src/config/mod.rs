@@ -36,7 +36,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::aggregate::regression::Mode;
-use crate::record::handle::MAX_SLOTS;
+use crate::record::handle::MAX_LANE_SLOTS;
 use parse::{
     BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_secs_in, parse_u32_in, show_auto_bool,
     show_bool, show_every, show_exporter, show_mask, show_millis, show_mode, show_protocol, show_secs,
@@ -64,7 +64,7 @@ pub struct Config {
     pub kernel_ch_every: Option<u32>,
     /// [`V7_EXTENSIONS`]: `None` (`auto`, the default) reads them on NCCL 2.31 only.
     pub v7_extensions: Option<bool>,
-    /// [`WINDOW_CAPACITY`], default 100000, valid 1024..=[`MAX_SLOTS`].
+    /// [`WINDOW_CAPACITY`], default 100000, valid 1024..=[`MAX_LANE_SLOTS`].
     pub capacity: u32,
     /// [`WINDOW_COUNT_TRIGGER`], default min(50000, capacity/2), valid 1..=capacity.
     pub count_trigger: u32,
@@ -215,8 +215,8 @@ impl Config {
         let capacity = r.read(
             WINDOW_CAPACITY,
             100_000,
-            &format!("an integer in 1024..={MAX_SLOTS}"),
-            |s| parse_u32_in(s, 1024..=MAX_SLOTS),
+            &format!("an integer in 1024..={MAX_LANE_SLOTS}"),
+            |s| parse_u32_in(s, 1024..=MAX_LANE_SLOTS),
             show_u32,
         );
         let count_trigger = r.read(

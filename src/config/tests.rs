@@ -214,7 +214,7 @@ fn kernel_ch_every() {
 fn capacity_and_trigger() {
     for (vars, capacity, trigger) in [
         (&[(WINDOW_CAPACITY, "1024")][..], 1024, 512),
-        (&[(WINDOW_CAPACITY, "2097151")][..], MAX_SLOTS, 50_000),
+        (&[(WINDOW_CAPACITY, "699048")][..], MAX_LANE_SLOTS, 50_000),
         (&[(WINDOW_CAPACITY, "0x10000")][..], 65_536, 32_768),
         (&[(WINDOW_COUNT_TRIGGER, "1")][..], 100_000, 1),
         (&[(WINDOW_COUNT_TRIGGER, "100000")][..], 100_000, 100_000),
@@ -230,7 +230,7 @@ fn capacity_and_trigger() {
     }
     for value in [
         "1023",
-        "2097152",
+        "699049",
         "0",
         "-5",
         "4294967296",

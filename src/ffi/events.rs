@@ -323,15 +323,21 @@ fn own_parent(parent: u64, kinds: &[Kind]) -> Option<Handle> {
 
 /// Our handle behind `eHandle` with its live communicator; counted when NULL or stale.
 fn event(owner: &Owner, handle: *mut c_void) -> Option<(Handle, &'static Comm)> {
+    let h = decode(handle)?;
+    Some((h, live(owner, h.comm)?))
+}
+
+/// `eHandle` decoded as one of our handles (not yet checked live); counted when NULL or invalid.
+fn decode(handle: *mut c_void) -> Option<Handle> {
     if handle.is_null() {
         STATS.null_args.incr();
         return None;
     }
-    let Some(h) = Handle::decode(handle as u64) else {
+    let h = Handle::decode(handle as u64);
+    if h.is_none() {
         STATS.stale.incr();
-        return None;
-    };
-    Some((h, live(owner, h.comm)?))
+    }
+    h
 }
 
 thread_local! {
@@ -364,10 +370,11 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
     })
 }
 
-/// States we record: SendWait (bytes of a send step), KernelChStop and KernelPhaseStop (GPU stop
-/// times), a receive op's InProgress (it will stop) and, on ABI v1–v3 (`abi`), a send op's
-/// transfer edges with its byte total ([`legacy::mark`]). Other states NCCL defines for the
-/// event's type are ignored; unknown ones are counted.
+/// States we record: SendWait (bytes of a send step), the first SendPeerWait of a send step,
+/// KernelChStop and KernelPhaseStop (GPU stop times), a receive op's InProgress (it will stop)
+/// and, on ABI v1–v3 (`abi`), a send op's transfer edges with its byte total
+/// ([`legacy::mark`]). Other states NCCL defines for the event's type are ignored before the
+/// communicator is looked up (no shared read or write, stale or not); unknown ones are counted.
 pub(super) fn record_event_state<A: StateArgs>(
     owner: &Owner,
     handle: *mut c_void,
@@ -376,33 +383,36 @@ pub(super) fn record_event_state<A: StateArgs>(
     ts: u64,
     abi: u8,
 ) {
-    let Some((h, comm)) = event(owner, handle) else { return };
-    let body = match (h.kind, state) {
+    let Some(h) = decode(handle) else { return };
+    let (ts, body) = match (h.kind, state) {
         (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendPeerWait_v4 => {
-            if first_peer_wait(h) {
-                comm.append(h, clock::now(), Body::PeerWait);
+            if !first_peer_wait(h) {
+                return;
             }
-            return;
+            (clock::now(), Some(Body::PeerWait))
         }
         (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendWait => {
-            args.map(|a| Body::SendWait { bytes: a.trans_size() })
+            (ts, args.map(|a| Body::SendWait { bytes: a.trans_size() }))
         }
         (Kind::KernelCh, s) if s == ncclProfilerKernelChStop => {
-            args.map(|a| Body::KernelChStop { gpu_stop: a.p_timer() })
+            (ts, args.map(|a| Body::KernelChStop { gpu_stop: a.p_timer() }))
         }
         (Kind::KernelPhase, s) if s == ncclProfilerKernelPhaseStop => {
-            args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() })
+            (ts, args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() }))
         }
-        (Kind::RecvOp, s) if s == ncclProfilerProxyOpInProgress_v4 => Some(Body::InProgress),
+        (Kind::RecvOp, s) if s == ncclProfilerProxyOpInProgress_v4 => (ts, Some(Body::InProgress)),
         (Kind::ProxyOp, 0..=7) if abi <= 3 => match args {
             Some(a) => match legacy::mark(abi, state, a.steps()) {
-                Some(mark) => Some(Body::OpBytes {
-                    mark,
-                    total: a.trans_size(),
-                }),
+                Some(mark) => (
+                    ts,
+                    Some(Body::OpBytes {
+                        mark,
+                        total: a.trans_size(),
+                    }),
+                ),
                 None => return,
             },
-            None => None,
+            None => (ts, None),
         },
         // ProxyStep send/receive states 8 and 10–12; ProxyOp legacy states 0–7 and InProgress (19).
         (Kind::ProxyStep, 8 | 10..=12) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7) => return,
@@ -411,6 +421,7 @@ pub(super) fn record_event_state<A: StateArgs>(
             return;
         }
     };
+    let Some(comm) = live(owner, h.comm) else { return };
     match body {
         Some(body) => comm.append(h, ts, body),
         None => STATS.null_args.incr(),

@@ -19,8 +19,13 @@
 //! hash, so a PXN op from another process can be matched to our own communicator with that hash.
 #![forbid(unsafe_code)]
 
-/// Largest number of records one window can hold.
+/// Largest slot index a handle can name.
 pub const MAX_SLOTS: u32 = (1 << 21) - 1;
+/// Producer lanes of a window (see [`Kind::lane`]): each has its own claim cursor and its own
+/// range of the window's slots, which a handle's slot bits share.
+pub const LANES: usize = 3;
+/// Most slots one lane can hold: a multiple of 8, so that every lane's range fits the slot bits.
+pub const MAX_LANE_SLOTS: u32 = (MAX_SLOTS + 1) / LANES as u32 / 8 * 8;
 /// Number of communicator slots.
 pub const MAX_COMMS: usize = 1 << 12;
 /// Generations cycle through 1..=GEN_MASK (0 is never valid, so handles are never NULL).
@@ -81,6 +86,20 @@ impl Kind {
             10 => Kind::ApiCall,
             _ => return None,
         })
+    }
+}
+
+impl Kind {
+    /// The window lane this kind's records go to, by the NCCL thread that makes most of them:
+    /// 0 the application's thread (Coll, P2p, API calls), 1 the proxy thread (ProxyOp, ProxyStep),
+    /// 2 kernel events (KernelCh, KernelPhase: the proxy thread before NCCL 2.31, its profiler
+    /// thread since).
+    pub fn lane(self) -> usize {
+        match self {
+            Kind::Group | Kind::Coll | Kind::P2p | Kind::Api | Kind::ApiCall => 0,
+            Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep => 1,
+            Kind::KernelCh | Kind::KernelPhase => 2,
+        }
     }
 }
 

@@ -987,10 +987,8 @@ impl Run {
             Kind::ProxyStep if state == SEND_PEER_WAIT => repeated_peer_wait(h),
             kind => silently_ignored_state(kind, state),
         };
-        if Handle::decode(handle)
-            .filter(|h| comm::get(h.comm).is_some())
-            .is_some_and(ignored)
-        {
+        // Ignored states are ignored before the communicator is looked up: live or stale alike.
+        if Handle::decode(handle).is_some_and(ignored) {
             self.tally.silent.fetch_add(1, Relaxed);
         }
         let mut a = ncclProfilerEventStateArgs_v4_t {

@@ -6,7 +6,7 @@
 //! Called on: the telemetry thread (or `finalize`), once the window is sealed; nothing writes the
 //! records any more. Pure: no I/O, clocks, atomics or OpenTelemetry types.
 //!
-//! A handle's slot is the index of its event's start record, so every link is an array index into
+//! A handle's slot names its event's start record ([`Lanes::index`]), so every link is an array index into
 //! per-slot scratch (a few allocations per call, none per record); only the few group keys and the
 //! children of other windows are hashed, and records are never sorted. Phase 1 scans the records
 //! once; phases 2 and 3 visit only the slots it listed, in slot order:
@@ -46,8 +46,10 @@ use crate::record::{Body, CollStart, ProxyOpStart, Record};
 /// A sealed window to summarise.
 #[derive(Clone, Copy, Debug)]
 pub struct Sealed<'a> {
-    /// Its records: `records[i]` is slot `i`, fillers have `id == 0`.
+    /// Its records, lane after lane; fillers have `id == 0`.
     pub records: &'a [Record],
+    /// Where each lane's slots are in `records`.
+    pub lanes: Lanes,
     /// Its identity.
     pub id: WindowId,
     /// Processed with events still open (grace period over, or `finalize`).
@@ -68,7 +70,15 @@ pub fn summarize(
     open: &mut OpenOps,
     at: Frontier,
 ) -> WindowSummary {
-    let mut pass = Pass::new(window.records, window.id, secs_per_tick, meta.nranks, open, at);
+    let mut pass = Pass::new(
+        window.records,
+        window.lanes,
+        window.id,
+        secs_per_tick,
+        meta.nranks,
+        open,
+        at,
+    );
     pass.stats.forced = window.forced;
     pass.stats.windows = 1;
     pass.track();
@@ -93,7 +103,7 @@ pub fn release(
     if !open.due(&at) {
         return None;
     }
-    let s = Pass::new(&[], comm, secs_per_tick, meta.nranks, open, at).build(meta);
+    let s = Pass::new(&[], Lanes::single(0), comm, secs_per_tick, meta.nranks, open, at).build(meta);
     (!s.colls.is_empty() || !s.p2ps.is_empty() || s.stats.orphans > 0).then_some(s)
 }
 
@@ -188,6 +198,7 @@ struct OpIx {
 /// One `summarize` call's state.
 struct Pass<'a> {
     records: &'a [Record],
+    lanes: Lanes,
     window: WindowId,
     epoch: u32,
     secs_per_tick: f64,
@@ -273,6 +284,7 @@ fn ix(len: usize) -> u32 {
 impl<'a> Pass<'a> {
     fn new(
         records: &'a [Record],
+        lanes: Lanes,
         window: WindowId,
         secs_per_tick: f64,
         nranks: i32,
@@ -281,6 +293,7 @@ impl<'a> Pass<'a> {
     ) -> Self {
         Pass {
             records,
+            lanes,
             window,
             epoch: window.epoch & EPOCH_MASK,
             secs_per_tick,
@@ -313,7 +326,7 @@ impl<'a> Pass<'a> {
     /// Slot of the start record of the event `handle`, if that event is in this window.
     fn slot_of(&self, handle: u64) -> Option<usize> {
         let h = Handle::decode(handle)?;
-        let slot = usize::try_from(h.slot).ok()?;
+        let slot = self.lanes.index(h.slot)?;
         let start = self.records.get(slot)?;
         let ours = h.comm == self.window.comm
             && h.window == self.window.window
@@ -709,8 +722,11 @@ impl<'a> Pass<'a> {
 
 mod api;
 mod groups;
+mod lanes;
 mod marks;
 mod waits;
+
+pub use lanes::Lanes;
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,6 +831,7 @@ mod tests {
         fn sealed(&self) -> Sealed<'_> {
             Sealed {
                 records: &self.recs,
+                lanes: Lanes::single(self.recs.len()),
                 id: self.id,
                 forced: false,
                 lost_children: false,
