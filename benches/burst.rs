@@ -11,6 +11,9 @@
 //! `unpublished`, or window summaries dropped) or the threads cannot reach the rate; the ceiling
 //! is the last rung without a drop. Every configuration variable is the default but the
 //! exporter. Each exporter runs in a child process (the configuration is read once per process).
+//! Each rung also reports the process's resident memory after it, above what it was with the
+//! communicators idle, per communicator: what a sustained burst keeps resident (windows, the
+//! tables of open operations, the export pipeline's share).
 
 #[path = "../tests/emulator/mod.rs"]
 mod emulator;
@@ -85,6 +88,7 @@ fn child(exporter: &str) {
     let comms: Vec<Comm> = (0..COMMS)
         .map(|i| plugin.init(Some("burst"), 0xB0_0000 + i as u64, 2, 16, 7).0)
         .collect();
+    let idle = emulator::rss();
     let mut ceiling = 0.0;
     for &rate in &LADDER {
         let before = drops();
@@ -100,10 +104,11 @@ fn child(exporter: &str) {
             threads.into_iter().map(|t| t.join().expect("driver")).sum()
         });
         let achieved = done as f64 / start.elapsed().as_secs_f64() / 1e6;
+        let resident = emulator::rss().saturating_sub(idle) as f64 / COMMS as f64 / (1 << 20) as f64;
         std::thread::sleep(PAUSE);
         let dropped = drops() - before;
         println!(
-            "  export {exporter:4}: target {rate:4.0} M/s, achieved {achieved:5.1} M/s, {dropped} records dropped"
+            "  export {exporter:4}: target {rate:4.0} M/s, achieved {achieved:5.1} M/s, {dropped} records dropped, {resident:5.2} MiB resident per communicator"
         );
         if dropped > 0 {
             break;

@@ -4,7 +4,10 @@
 //!
 //! - `single/{start,state,stop}`: one kind of callback on one thread: ProxyStep start (under a
 //!   live ProxyOp), SendWait state, ProxyStep stop; `single/step`: a whole send step (start,
-//!   SendGPUWait, SendPeerWait, SendWait, stop), per callback.
+//!   SendGPUWait, SendPeerWait, SendWait, stop), per callback; `single/kernel`: a kernel
+//!   channel's three callbacks; `single/coll`: a whole collective's 522 callbacks (a ring
+//!   AllReduce on 8 channels with 8 steps each, its receive ops and kernel channels): the
+//!   plugin's time per operation against the empty table's.
 //! - `two_threads`: a user thread (Coll start/stop) and a proxy thread (ProxyOp and its steps)
 //!   on one communicator at once, each timing its own callbacks, against the same callbacks made
 //!   by one thread (`plugin_one_thread`) and the empty table; per unit of 24 callbacks.
@@ -44,10 +47,20 @@ enum Kind {
     Step,
     /// A kernel channel: start, KernelChStop, stop (what KernelCh in the mask adds per channel).
     Kernel,
+    /// A whole collective, as NCCL 2.31 makes its callbacks for a ring AllReduce on 8 channels
+    /// ([`collective`]): the plugin's time per operation against the empty table's.
+    Collective,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [Kind::Start, Kind::State, Kind::Stop, Kind::Step, Kind::Kernel];
+    const ALL: [Kind; 6] = [
+        Kind::Start,
+        Kind::State,
+        Kind::Stop,
+        Kind::Step,
+        Kind::Kernel,
+        Kind::Collective,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -56,6 +69,7 @@ impl Kind {
             Kind::Stop => "stop",
             Kind::Step => "step",
             Kind::Kernel => "kernel",
+            Kind::Collective => "coll",
         }
     }
 
@@ -64,6 +78,7 @@ impl Kind {
         match self {
             Kind::Step => 5,
             Kind::Kernel => 3,
+            Kind::Collective => COLLECTIVE_CALLBACKS,
             _ => 1,
         }
     }
@@ -75,6 +90,45 @@ fn kernel_channel(t: &Table, d: &mut ncclProfilerEventDescr_v7_t) {
     let h = t.start(d);
     t.state(h, ty::KERNEL_CH_STOP, 2_000_000);
     t.stop(h);
+}
+
+/// Channels, and send steps per channel, of [`collective`].
+const CHANNELS: u8 = 8;
+const STEPS: i32 = 8;
+/// Callbacks of [`collective`]: Coll start and stop; per channel a send op (start, InProgress,
+/// stop) with its steps (start, SendGPUWait, SendPeerWait, SendWait, stop), a receive op (start,
+/// InProgress, stop) with its steps (start and stop, declined) and a kernel channel (3).
+const COLLECTIVE_CALLBACKS: u64 = 2 + CHANNELS as u64 * (3 + 5 * STEPS as u64 + 3 + 2 * STEPS as u64 + 3);
+
+/// One collective's callbacks as NCCL makes them (one thread here; in NCCL the proxy and
+/// profiler threads make most of them).
+fn collective(t: &Table, d: &mut ncclProfilerEventDescr_v7_t, ops: &mut [ncclProfilerEventDescr_v7_t; 2]) {
+    let coll = t.start(d);
+    for ch in 0..CHANNELS {
+        for (op, d) in ops.iter_mut().enumerate() {
+            d.parentObj = coll;
+            d.__bindgen_anon_1.proxyOp.channelId = ch;
+            let h = t.start(d);
+            t.state(h, ty::OP_IN_PROGRESS, 0);
+            for step in 0..STEPS {
+                let s = t.start(&mut step_descr(h, step));
+                if op == 0 {
+                    t.state(s, ty::SEND_GPU_WAIT, 0);
+                    t.state(s, ty::SEND_PEER_WAIT, 0);
+                    t.state(s, ty::SEND_WAIT, 1 << 17);
+                }
+                t.stop(s);
+            }
+            t.stop(h);
+        }
+        kernel_channel(t, &mut kernel_descr(coll, ch));
+    }
+    t.stop(coll);
+}
+
+/// The send and receive op descriptors of [`collective`].
+fn op_descrs() -> [ncclProfilerEventDescr_v7_t; 2] {
+    [true, false].map(|send| emulator::plugin::proxy_op_descr(H::NULL, pid(), 0, 1, 0, STEPS, 1 << 17, send))
 }
 
 /// Runs `n` units of `kind` on `t`, timing only the callbacks being measured.
@@ -116,6 +170,15 @@ fn run(t: &Table, kind: Kind, n: u64) -> Duration {
             let t0 = Instant::now();
             for d in &mut descrs {
                 kernel_channel(t, d);
+            }
+            t0.elapsed()
+        }
+        Kind::Collective => {
+            let mut descrs: Vec<_> = (0..n).map(table::allreduce_descr).collect();
+            let mut ops = op_descrs();
+            let t0 = Instant::now();
+            for d in &mut descrs {
+                collective(t, d, &mut ops);
             }
             t0.elapsed()
         }
@@ -299,6 +362,12 @@ fn sample(t: &Table, kind: Kind, n: u64, out: &mut Vec<u64>) {
                 kernel_channel(t, &mut d);
                 out.push(ticks() - a);
             }
+            Kind::Collective => {
+                let (mut d, mut ops) = (table::allreduce_descr(i as u64), op_descrs());
+                let a = ticks();
+                collective(t, &mut d, &mut ops);
+                out.push(ticks() - a);
+            }
         }
     }
 }
@@ -323,7 +392,8 @@ fn tails(b: &mut Bench) {
     let timer = percentile(&mut overhead, 0.5) as f64 * ns;
     println!();
     println!(
-        "hot_path tails: single callbacks timed with fenced rdtsc ({timer:.1} ns timer cost subtracted), {samples} each"
+        "hot_path tails: single callbacks timed with fenced rdtsc ({timer:.1} ns timer cost subtracted), {samples} each (whole collectives: {})",
+        samples / 100
     );
     println!(
         "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
@@ -331,9 +401,14 @@ fn tails(b: &mut Bench) {
     );
     for kind in Kind::ALL {
         let mut row = [(0.0, 0.0); 2];
+        let want = if kind == Kind::Collective {
+            samples / 100
+        } else {
+            samples
+        };
         for (i, plugin) in [false, true].into_iter().enumerate() {
-            let mut v = Vec::with_capacity(samples);
-            while v.len() < samples {
+            let mut v = Vec::with_capacity(want);
+            while v.len() < want {
                 let t = if plugin { b.plugin_table() } else { b.empty_table() };
                 sample(&t, kind, BATCH / kind.callbacks(), &mut v);
                 if plugin {

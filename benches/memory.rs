@@ -11,8 +11,11 @@
 mod emulator;
 
 use emulator::{H, Plugin, pid, rss, ty};
+use nccl_profiler_otel::buffer::arena::Slot;
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::Config;
+use nccl_profiler_otel::record::Record;
+use nccl_profiler_otel::record::compact::Compact;
 use nccl_profiler_otel::record::handle::LANES;
 
 /// Records `n` records into the current window of `c`: a collective, a ProxyOp and send steps
@@ -37,6 +40,10 @@ fn mib(b: f64) -> String {
     format!("{:.2} MiB", b / (1 << 20) as f64)
 }
 
+fn kib(b: f64) -> String {
+    format!("{:.0} KiB", b / 1024.0)
+}
+
 fn main() {
     // SAFETY: set before the first `init` reads the environment; single-threaded here.
     unsafe {
@@ -50,7 +57,9 @@ fn main() {
     let (warm, _) = p.init(Some("warm-up"), 0x3E3_0000, 1, 2, 0);
     p.finalize(warm.context);
     let capacity = u64::from(Config::global().capacity);
-    let slot = std::mem::size_of::<nccl_profiler_otel::buffer::arena::Slot>() as u64;
+    // `fill` writes proxy-lane records: packed slots.
+    let slot = std::mem::size_of::<Slot<Compact>>() as u64;
+    let full_slot = std::mem::size_of::<Slot<Record>>() as u64;
     println!(
         "memory: resident set per communicator (RSS deltas from /proc/self/statm); window capacity {capacity} records per lane"
     );
@@ -88,16 +97,16 @@ fn main() {
         println!(
             "{:>6} {:>14} {:>18} {:>11.2}x {:>18} {:>11.2}x {:>16}",
             n,
-            mib(idle),
+            kib(idle),
             mib(at_tenth),
             at_tenth / buffered_tenth,
             mib(at_full),
             at_full / buffered_full,
-            mib(after)
+            kib(after)
         );
     }
     println!(
-        "(ratio = resident bytes / bytes of the records buffered at {slot} B per slot; the configured capacity alone would be {} per communicator: 4 windows × {LANES} lanes × {capacity} slots)",
-        mib((4 * LANES as u64 * capacity * slot) as f64)
+        "(ratio = resident bytes / bytes of the records buffered at {slot} B per proxy-lane slot; the configured capacity alone would be {} per communicator: 4 windows × {LANES} lanes × {capacity} slots of {full_slot} B (application lane) or {slot} B)",
+        mib((4 * capacity * (full_slot + (LANES as u64 - 1) * slot)) as f64)
     );
 }

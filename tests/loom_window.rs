@@ -7,15 +7,12 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use nccl_profiler_otel::buffer::window::{Claim, Window, WindowState};
-use nccl_profiler_otel::record::{Body, Record};
+use nccl_profiler_otel::buffer::window::{Claim, Entry, Window, WindowState};
+use nccl_profiler_otel::record::Body;
 
-fn rec(id: u64) -> Record {
-    Record {
-        id,
-        ts: id,
-        body: Body::Stop,
-    }
+/// Pushes the record `id` into lane 0.
+fn push(w: &Window, id: u64) -> Option<Claim> {
+    w.push(0, Entry::new(0, id, Body::Stop)?, |_| id)
 }
 
 /// Producers 1 and 2 each push one record; returns their handles.
@@ -23,7 +20,7 @@ fn producers(w: &Arc<Window>) -> Vec<thread::JoinHandle<Option<(Claim, u64)>>> {
     (1..=2)
         .map(|id| {
             let w = w.clone();
-            thread::spawn(move || w.push(0, |_| rec(id)).map(|c| (c, id)))
+            thread::spawn(move || push(&w, id).map(|c| (c, id)))
         })
         .collect()
 }
@@ -61,7 +58,7 @@ fn give_up_drain_reset_and_reopen() {
         }
         assert!(w.open());
         // Both producers may have claimed the two slots after the reopen: then there is no room.
-        if let Some(mine) = w.push(0, |_| rec(3)) {
+        if let Some(mine) = push(&w, 3) {
             assert_eq!(w.published(mine.slot).map(|r| r.id), Some(3));
         }
         for h in handles {

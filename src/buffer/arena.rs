@@ -1,6 +1,8 @@
-//! The slot arena of a window: one page-aligned anonymous mapping of record slots, zeroed and
-//! lazily backed by the kernel, whose unused pages are handed back after processing. A zeroed
-//! slot is a valid empty slot (stamp 0 is no epoch), so released pages read as empty. The mapping
+//! The slot arenas of a window: page-aligned anonymous mappings of record slots, zeroed and
+//! lazily backed by the kernel, whose unused pages are handed back after processing. A slot is a
+//! stamp and a value of the lane's record form (56 bytes for a full
+//! [`Record`](crate::record::Record), 32 for a [`Compact`](crate::record::compact::Compact)). A zeroed slot is a valid empty slot (stamp 0 is no
+//! epoch), so released pages read as empty. The mapping
 //! reserves no swap (`MAP_NORESERVE`): only the pages records touch count, also under strict
 //! overcommit.
 //! Called on: the consumer (mapping at `register`, release after processing and `finalize`);
@@ -11,37 +13,36 @@ use std::mem::MaybeUninit;
 use std::ops::{Deref, Range};
 
 use super::sync::{AtomicU32, UnsafeCell};
-use crate::record::Record;
 
-/// One record slot.
-pub struct Slot {
+/// One record slot holding a `T` (a record in one of its forms: plain data, all-zero valid).
+pub struct Slot<T> {
     /// Epoch of the window when this slot's record was published.
     pub stamp: AtomicU32,
     /// The record, written by its claimer before the stamp.
-    pub record: UnsafeCell<MaybeUninit<Record>>,
+    pub record: UnsafeCell<MaybeUninit<T>>,
 }
 
-/// A window's slots.
+/// A window's slots of one record form.
 #[cfg(not(nccl_loom))]
-pub struct Arena {
-    slots: std::ptr::NonNull<Slot>,
+pub struct Arena<T> {
+    slots: std::ptr::NonNull<Slot<T>>,
     len: usize,
 }
 
-// SAFETY: the arena owns its mapping; `Slot` is `Sync` (atomics and a cell whose access the
-// window's claim protocol serialises).
+// SAFETY: the arena owns its mapping; `T: Send` values move between the claimer and the reader.
 #[cfg(not(nccl_loom))]
-unsafe impl Send for Arena {}
-// SAFETY: as above.
+unsafe impl<T: Send> Send for Arena<T> {}
+// SAFETY: slots are atomics and a cell whose access the window's claim protocol serialises (one
+// writer per slot and epoch, readers only after its stamp); `T: Send` is all that needs.
 #[cfg(not(nccl_loom))]
-unsafe impl Sync for Arena {}
+unsafe impl<T: Send> Sync for Arena<T> {}
 
 #[cfg(not(nccl_loom))]
-impl Arena {
+impl<T> Arena<T> {
     /// `len` empty slots, mapped zeroed so untouched pages are never resident; `None` when the
     /// address space cannot be had.
-    pub fn zeroed(len: usize) -> Option<Arena> {
-        let bytes = len.max(1).checked_mul(size_of::<Slot>())?;
+    pub fn zeroed(len: usize) -> Option<Arena<T>> {
+        let bytes = len.max(1).checked_mul(size_of::<Slot<T>>())?;
         // SAFETY: a fresh private anonymous mapping, no address hint; the result is checked.
         let p = unsafe {
             libc::mmap(
@@ -57,7 +58,7 @@ impl Arena {
             return None;
         }
         Some(Arena {
-            slots: std::ptr::NonNull::new(p.cast::<Slot>())?,
+            slots: std::ptr::NonNull::new(p.cast::<Slot<T>>())?,
             len: len.max(1),
         })
     }
@@ -67,7 +68,7 @@ impl Arena {
     pub fn release(&self, range: Range<u32>) {
         const PAGE: usize = 4096;
         let base = self.slots.as_ptr() as usize;
-        let at = |slot: u32| base + (slot as usize).min(self.len) * size_of::<Slot>();
+        let at = |slot: u32| base + (slot as usize).min(self.len) * size_of::<Slot<T>>();
         let from = at(range.start).next_multiple_of(PAGE);
         // The mapping ends on a page boundary: its last page is released whole with the last slot.
         let end = if range.end as usize >= self.len {
@@ -85,32 +86,32 @@ impl Arena {
 }
 
 #[cfg(not(nccl_loom))]
-impl Deref for Arena {
-    type Target = [Slot];
+impl<T> Deref for Arena<T> {
+    type Target = [Slot<T>];
 
-    fn deref(&self) -> &[Slot] {
-        // SAFETY: the mapping holds `len` zero-initialised slots (a valid `Slot` each) and lives
-        // as long as `self`.
+    fn deref(&self) -> &[Slot<T>] {
+        // SAFETY: the mapping holds `len` zero-initialised slots (a valid `Slot` each: an atomic
+        // and a `MaybeUninit`) and lives as long as `self`.
         unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.len) }
     }
 }
 
 #[cfg(not(nccl_loom))]
-impl Drop for Arena {
+impl<T> Drop for Arena<T> {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `zeroed`; nothing borrows it any more.
-        unsafe { libc::munmap(self.slots.as_ptr().cast(), self.len * size_of::<Slot>()) };
+        unsafe { libc::munmap(self.slots.as_ptr().cast(), self.len * size_of::<Slot<T>>()) };
     }
 }
 
 /// Under loom: plain heap slots of loom cells; nothing to release.
 #[cfg(nccl_loom)]
-pub struct Arena(Box<[Slot]>);
+pub struct Arena<T>(Box<[Slot<T>]>);
 
 #[cfg(nccl_loom)]
-impl Arena {
+impl<T> Arena<T> {
     /// `len` empty slots.
-    pub fn zeroed(len: usize) -> Option<Arena> {
+    pub fn zeroed(len: usize) -> Option<Arena<T>> {
         Some(Arena(
             (0..len)
                 .map(|_| Slot {
@@ -126,10 +127,10 @@ impl Arena {
 }
 
 #[cfg(nccl_loom)]
-impl Deref for Arena {
-    type Target = [Slot];
+impl<T> Deref for Arena<T> {
+    type Target = [Slot<T>];
 
-    fn deref(&self) -> &[Slot] {
+    fn deref(&self) -> &[Slot<T>] {
         &self.0
     }
 }
@@ -138,24 +139,26 @@ impl Deref for Arena {
 #[allow(clippy::expect_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+    use crate::record::Record;
+    use crate::record::compact::Compact;
 
     #[test]
     fn a_slot_is_a_stamp_and_a_record() {
         assert_eq!(
-            std::mem::size_of::<Slot>(),
-            56,
-            "docs/architecture.md states the slot size"
+            (size_of::<Slot<Record>>(), size_of::<Slot<Compact>>()),
+            (56, 32),
+            "docs/architecture.md states the slot sizes"
         );
     }
 
     #[test]
     fn the_arena_is_page_aligned_and_released_pages_read_as_zero() {
-        let a = Arena::zeroed(1000).expect("mapped");
+        let a = Arena::<Record>::zeroed(1000).expect("mapped");
         assert_eq!(a.as_ptr() as usize % 4096, 0);
         a.iter()
             .for_each(|s| s.stamp.store(7, std::sync::atomic::Ordering::Relaxed));
         a.release(100..990);
-        let first_released = (100 * size_of::<Slot>()).next_multiple_of(4096) / size_of::<Slot>() + 1;
+        let first_released = (100 * size_of::<Slot<Record>>()).next_multiple_of(4096) / size_of::<Slot<Record>>() + 1;
         assert_eq!(a[99].stamp.load(std::sync::atomic::Ordering::Relaxed), 7);
         assert_eq!(a[first_released].stamp.load(std::sync::atomic::Ordering::Relaxed), 0);
         assert_eq!(

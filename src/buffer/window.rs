@@ -1,8 +1,11 @@
 //! One window: a pre-allocated array of record slots in [`LANES`] lanes, a claim cursor per lane
-//! and a per-slot epoch stamp.
+//! and a per-slot epoch stamp. The application lane (0) holds full records (56-byte slots); the
+//! proxy and kernel lanes, nine records in ten, hold them packed ([`Compact`], 32-byte slots, two
+//! to a cache line), in an arena of their own.
 //!
 //! Producers (NCCL's user, proxy and profiler threads) only ever [`Window::push`] into the lane of
-//! their event's kind: a `fetch_add` on that lane's cursor claims a slot, the record is written,
+//! their event's kind, a record already in that lane's form ([`Entry`]): a `fetch_add` on that
+//! lane's cursor claims a slot, the record is written with its handle,
 //! and the slot's stamp is set to the window's epoch with `Release`. Each lane's cursor has its
 //! own cache line and its slots their own range, so NCCL's threads, each writing mostly its own
 //! lane, never write a line another one writes. Everything else belongs to the consumer role (the
@@ -29,8 +32,9 @@ use crossbeam_utils::CachePadded;
 
 use super::arena::{Arena, Slot};
 use super::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use crate::record::Record;
+use crate::record::compact::Compact;
 use crate::record::handle::LANES;
+use crate::record::{Body, Record};
 
 /// Cursor value of a sealed window; claims past it fail without wrapping for 2^62 attempts.
 const SEALED: u64 = 1 << 62;
@@ -47,6 +51,30 @@ pub enum WindowState {
     Closing = 2,
     /// Sealed; the consumer reads it.
     Processing = 3,
+}
+
+/// A record in the form of the lane it goes to, its handle set when [`Window::push`] claims its
+/// slot: full in the application lane (0), [`Compact`] in the others.
+#[derive(Clone, Copy, Debug)]
+pub enum Entry {
+    /// For lane 0.
+    Full(Record),
+    /// For lanes 1 and up.
+    Packed(Compact),
+}
+
+impl Entry {
+    /// `body` at `ts` in the form of `lane`'s slots; `None` when that form cannot hold it exactly
+    /// ([`Compact::pack`]). Called on: NCCL user and proxy threads.
+    #[inline(always)]
+    pub fn new(lane: usize, ts: u64, body: Body) -> Option<Entry> {
+        let record = Record { id: 0, ts, body };
+        if lane == 0 {
+            Some(Entry::Full(record))
+        } else {
+            Compact::pack(&record).map(Entry::Packed)
+        }
+    }
 }
 
 /// A slot claimed by [`Window::push`].
@@ -72,7 +100,25 @@ pub struct Window {
     /// Distance between the first slots of two lanes: the capacity rounded up to 8 slots, so
     /// each lane starts on a cache line of a page-aligned arena.
     stride: u32,
-    slots: Arena,
+    /// Lane 0's slots.
+    app: Arena<Record>,
+    /// Lanes 1 and up, one stride each: window slot `s` of those lanes is `s` − stride here.
+    packed: Arena<Compact>,
+}
+
+/// Window slot `s`: lane 0's in the full arena, the others' in the packed one.
+enum At<'a> {
+    Full(&'a Slot<Record>),
+    Packed(&'a Slot<Compact>),
+}
+
+impl At<'_> {
+    fn stamp(&self) -> &AtomicU32 {
+        match self {
+            At::Full(s) => &s.stamp,
+            At::Packed(s) => &s.stamp,
+        }
+    }
 }
 
 // SAFETY: slots are written only by the thread that claimed them (unique index from `fetch_add`)
@@ -91,14 +137,37 @@ impl Window {
             sealed: std::array::from_fn(|_| AtomicU32::new(0)),
             capacity: capacity.max(1),
             stride,
-            slots: Arena::zeroed(stride as usize * LANES)?,
+            app: Arena::zeroed(stride as usize)?,
+            packed: Arena::zeroed(stride as usize * (LANES - 1))?,
         })
     }
 
-    /// Claims a slot in `lane`, writes `build(claim)` into it and publishes it.
-    /// `None` when the lane is full or the window sealed. Called on: NCCL user and proxy threads.
-    #[inline]
-    pub fn push(&self, lane: usize, build: impl FnOnce(Claim) -> Record) -> Option<Claim> {
+    fn at(&self, slot: u32) -> Option<At<'_>> {
+        match slot.checked_sub(self.stride) {
+            None => self.app.get(slot as usize).map(At::Full),
+            Some(i) => self.packed.get(i as usize).map(At::Packed),
+        }
+    }
+
+    /// Claims a slot in `lane`, writes `entry` into it with the handle `id(claim)` and publishes
+    /// it. `None` when the lane is full, the window sealed, or `entry` is not of the lane's form
+    /// (nothing is claimed then). Called on: NCCL user and proxy threads.
+    #[inline(always)]
+    pub fn push(&self, lane: usize, entry: Entry, id: impl FnOnce(Claim) -> u64) -> Option<Claim> {
+        match entry {
+            Entry::Full(r) if lane == 0 => self.claim(lane, &self.app, 0, |c| Record { id: id(c), ..r }),
+            Entry::Packed(p) if lane > 0 => {
+                let base = (lane - 1) * self.stride as usize;
+                self.claim(lane, &self.packed, base, |c| p.with_id(id(c)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Claims a slot in `lane`, whose slots are `arena`'s from `base` on, and publishes
+    /// `build(claim)` in it.
+    #[inline(always)]
+    fn claim<T>(&self, lane: usize, arena: &Arena<T>, base: usize, build: impl FnOnce(Claim) -> T) -> Option<Claim> {
         // Acquire: pairs with `open`'s Release, so the epoch bumped by `reset` is visible.
         let index = self.cursors.get(lane)?.fetch_add(1, Ordering::Acquire);
         if index >= u64::from(self.capacity) {
@@ -109,15 +178,21 @@ impl Window {
             index: index as u32,
             epoch: self.epoch.load(Ordering::Relaxed),
         };
-        let slot = self.slots.get(claim.slot as usize)?;
-        let record = build(claim);
-        // SAFETY: `index` came from this `fetch_add` below capacity, so this thread alone owns the
-        // slot this epoch; the consumer reads it only after the stamp below, and `reset` (the
-        // only way to reuse the index) happens after `seal` waited for that stamp.
-        slot.record.with_mut(|p| unsafe { (*p).write(record) });
-        // Release: the record is visible before the stamp that says it is there.
-        slot.stamp.store(claim.epoch, Ordering::Release);
+        // In range: `index` < capacity <= stride, and the arena holds `base` + stride slots.
+        let slot = arena.get(base + index as usize)?;
+        Self::publish(slot, build(claim), claim.epoch);
         Some(claim)
+    }
+
+    /// Writes `value` into `slot`, then stamps it with `epoch`.
+    #[inline(always)]
+    fn publish<T>(slot: &Slot<T>, value: T, epoch: u32) {
+        // SAFETY: the caller claimed the slot with a `fetch_add` below capacity, so this thread
+        // alone owns it this epoch; the consumer reads it only after the stamp below, and `reset`
+        // (the only way to reuse the index) happens after `seal` waited for that stamp.
+        slot.record.with_mut(|p| unsafe { (*p).write(value) });
+        // Release: the record is visible before the stamp that says it is there.
+        slot.stamp.store(epoch, Ordering::Release);
     }
 
     /// Current epoch. Called on: any thread.
@@ -205,16 +280,23 @@ impl Window {
     /// The record in `slot` if it was published this epoch. Called on: consumer (a slot below a
     /// claimed count of a CLOSING or PROCESSING window).
     pub fn published(&self, slot: u32) -> Option<Record> {
-        let s = self.slots.get(slot as usize).filter(|s| self.stamped(s))?;
-        // SAFETY: the stamp equals this epoch, so the record was fully written by its claimer
-        // and nobody writes the slot again before `reset`, which waits for every claimed slot's
-        // stamp, so no claimer of this epoch is still writing.
-        Some(s.record.with(|p| unsafe { (*p).assume_init() }))
+        Some(match self.at(slot).filter(|s| self.stamped(s))? {
+            At::Full(s) => Self::read(s),
+            At::Packed(s) => Self::read(s).unpack(),
+        })
     }
 
-    fn stamped(&self, slot: &Slot) -> bool {
+    /// The value in a slot stamped with this epoch.
+    fn read<T: Copy>(slot: &Slot<T>) -> T {
+        // SAFETY: the caller saw the slot's stamp equal this epoch, so the record was fully
+        // written by its claimer, and nobody writes the slot again before `reset`, which waits
+        // for every claimed slot's stamp, so no claimer of this epoch is still writing.
+        slot.record.with(|p| unsafe { (*p).assume_init() })
+    }
+
+    fn stamped(&self, slot: &At<'_>) -> bool {
         // Acquire: pairs with `push`'s Release; the record is complete once the stamp matches.
-        slot.stamp.load(Ordering::Acquire) == self.epoch()
+        slot.stamp().load(Ordering::Acquire) == self.epoch()
     }
 
     /// The slots of `lane` below `n`, as window slot indices.
@@ -230,7 +312,7 @@ impl Window {
     pub fn reset(&self, keep: [u32; LANES]) -> bool {
         let drained = self.sealed.iter().enumerate().all(|(l, sealed)| {
             self.lane_slots(l, sealed.load(Ordering::Relaxed))
-                .all(|s| self.slots.get(s as usize).is_some_and(|s| self.stamped(s)))
+                .all(|s| self.at(s).is_some_and(|s| self.stamped(&s)))
         });
         if self.state() != WindowState::Processing || !drained {
             return false;
@@ -238,9 +320,17 @@ impl Window {
         self.epoch.fetch_add(1, Ordering::Relaxed);
         for (l, keep) in keep.into_iter().enumerate() {
             let lane = self.lane_slots(l, self.capacity);
-            self.slots.release(lane.start + keep.min(self.capacity)..lane.end);
+            self.release_slots(lane.start + keep.min(self.capacity)..lane.end);
         }
         self.transition(WindowState::Processing, WindowState::Ready)
+    }
+
+    /// Returns the whole pages of window slots `range`, which lie in one lane, to the kernel.
+    fn release_slots(&self, range: std::ops::Range<u32>) {
+        match range.start.checked_sub(self.stride) {
+            None => self.app.release(range),
+            Some(start) => self.packed.release(start..range.end - self.stride),
+        }
     }
 
     /// Brings the window back to READY from any state, discarding its records (a communicator
@@ -254,7 +344,8 @@ impl Window {
     /// Releases the memory of every slot of a READY window. Called on: consumer (`finalize`).
     pub fn release(&self) {
         if self.state() == WindowState::Ready {
-            self.slots.release(0..self.stride * LANES as u32);
+            self.app.release(0..self.stride);
+            self.packed.release(0..self.stride * (LANES as u32 - 1));
         }
     }
 }
@@ -263,7 +354,6 @@ impl Window {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
-    use crate::record::Body;
 
     fn rec(id: u64) -> Record {
         Record {
@@ -273,13 +363,18 @@ mod tests {
         }
     }
 
+    /// Pushes `r` into `lane` in that lane's form.
+    fn put(w: &Window, lane: usize, r: Record) -> Option<Claim> {
+        w.push(lane, Entry::new(lane, r.ts, r.body)?, |_| r.id)
+    }
+
     #[test]
     fn claims_publish_seal_and_reset() {
         let w = Window::new(4).unwrap();
-        assert_eq!(w.stride(), 8, "lanes start on a cache line (8 slots of 56 bytes)");
-        assert_eq!(w.push(0, |_| rec(9)), None, "a new window is sealed until opened");
+        assert_eq!(w.stride(), 8, "lanes start on a cache line (8 slots of 56 or 32 bytes)");
+        assert_eq!(put(&w, 0, rec(9)), None, "a new window is sealed until opened");
         assert!(w.open());
-        let claims: Vec<_> = (1..=4).map(|i| w.push(0, |_| rec(i)).unwrap()).collect();
+        let claims: Vec<_> = (1..=4).map(|i| put(&w, 0, rec(i)).unwrap()).collect();
         assert_eq!(
             claims[3],
             Claim {
@@ -288,9 +383,9 @@ mod tests {
                 epoch: 1
             }
         );
-        assert_eq!(w.push(0, |_| rec(5)), None, "lane 0 is full");
+        assert_eq!(put(&w, 0, rec(5)), None, "lane 0 is full");
         assert_eq!(
-            w.push(2, |_| rec(6)),
+            put(&w, 2, rec(6)),
             Some(Claim {
                 slot: 16,
                 index: 0,
@@ -298,25 +393,47 @@ mod tests {
             }),
             "lane 2 is not"
         );
-        assert_eq!(w.push(LANES, |_| rec(6)), None, "no such lane");
+        assert_eq!(put(&w, LANES, rec(6)), None, "no such lane");
         assert_eq!((w.claimed(), w.lane_claimed(1), w.lane_claimed(2)), (5, 0, 1));
         assert!(w.close());
         assert_eq!(w.published(2), Some(rec(3)));
         assert_eq!(w.published(16), Some(rec(6)));
         assert_eq!(w.seal(), Some([4, 0, 1]));
-        assert_eq!(w.push(1, |_| rec(6)), None, "sealed");
+        assert_eq!(put(&w, 1, rec(6)), None, "sealed");
         assert!(w.reset([4, 0, 1]));
         assert_eq!(w.state(), WindowState::Ready);
         assert_eq!(w.published(0), None, "old stamps are stale after reset");
         assert!(w.open());
         assert_eq!(
-            w.push(1, |_| rec(7)),
+            put(&w, 1, rec(7)),
             Some(Claim {
                 slot: 8,
                 index: 0,
                 epoch: 2
             })
         );
+    }
+
+    #[test]
+    fn an_entry_of_the_other_form_claims_nothing() {
+        let w = Window::new(4).unwrap();
+        w.open();
+        let progress = Record {
+            id: 7,
+            ts: 3,
+            body: Body::InProgress,
+        };
+        let full = Entry::new(0, progress.ts, progress.body).unwrap();
+        assert_eq!(w.push(1, full, |_| 7), None, "a full record in a packed lane");
+        let packed = Entry::new(1, progress.ts, progress.body).unwrap();
+        assert_eq!(w.push(0, packed, |_| 7), None, "a packed record in the full lane");
+        assert!(
+            Entry::new(1, 5, Body::ProxyStep { parent: 1, step: 0 }).is_none(),
+            "a timed start has no packed form"
+        );
+        assert_eq!(w.push(1, packed, |_| 7).map(|c| c.slot), Some(w.stride()));
+        assert_eq!(w.published(w.stride()), Some(progress));
+        assert_eq!(w.seal(), Some([0, 1, 0]), "only the matching push claimed a slot");
     }
 
     #[test]
@@ -340,14 +457,15 @@ mod tests {
         let w = Window::new(10_000).unwrap();
         w.open();
         (0..10_000).for_each(|i| {
-            w.push(1, |_| rec(i)).unwrap();
+            put(&w, 1, rec(i)).unwrap();
         });
         assert_eq!(w.seal(), Some([0, 10_000, 0]));
         assert!(w.reset([0, 100, 0]));
         w.release();
-        assert!(w.slots.iter().all(|s| s.stamp.load(Ordering::Relaxed) <= 1));
+        assert!(w.app.iter().all(|s| s.stamp.load(Ordering::Relaxed) <= 1));
+        assert!(w.packed.iter().all(|s| s.stamp.load(Ordering::Relaxed) <= 1));
         assert!(w.open());
-        assert_eq!(w.push(1, |_| rec(1)).map(|c| c.epoch), Some(2));
+        assert_eq!(put(&w, 1, rec(1)).map(|c| c.epoch), Some(2));
     }
 
     #[test]
@@ -358,7 +476,7 @@ mod tests {
             for t in 0..4u64 {
                 let w = &w;
                 s.spawn(move || {
-                    (0..10_000).for_each(|i| assert!(w.push(t as usize % LANES, |_| rec(t << 32 | i)).is_some()))
+                    (0..10_000).for_each(|i| assert!(put(w, t as usize % LANES, rec(t << 32 | i)).is_some()))
                 });
             }
         });

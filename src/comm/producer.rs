@@ -10,18 +10,22 @@
 use std::sync::atomic::Ordering;
 
 use super::{Comm, LOST, NONE};
-use crate::buffer::window::WindowState;
+use crate::buffer::window::{Entry, WindowState};
+use crate::record::Body;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
-use crate::record::{Body, Record};
 
 impl Comm {
     /// Records the start of a new event of `kind` and returns its handle; `None` (counted) when
     /// no window has space. A child goes to the window of `parent` (one of our handles) while
     /// that window still takes records; otherwise, and for roots, to the current window.
-    /// Called on: NCCL user and proxy threads; lock-free, allocation-free.
-    #[inline]
+    /// Called on: NCCL user and proxy threads; lock-free, allocation-free. Always inlined, so
+    /// that each caller's body and lane are known when the record is put in its lane's form.
+    #[inline(always)]
     pub fn start(&self, id: CommId, kind: Kind, parent: Option<Handle>, ts: u64, body: Body) -> Option<u64> {
-        let push = |w: u8, limit: Option<u64>| self.push_start(id, kind, w, limit, ts, body);
+        let Some(entry) = Entry::new(kind.lane(), ts, body) else {
+            return self.dropped_start(id, parent);
+        };
+        let push = |w: u8, limit: Option<u64>| self.push_start(id, kind, w, limit, entry);
         // The parent's window may be full or sealed: then the child goes to the current window,
         // and the consumer's table of open operations links it.
         if let Some(p) = parent.filter(|p| p.comm == id && self.epoch_matches(*p))
@@ -43,27 +47,31 @@ impl Comm {
             }
             None => None,
         };
-        if handle.is_none() {
-            self.drops.full.fetch_add(1, Ordering::Relaxed);
-            if let Some(p) = parent.filter(|p| p.comm == id) {
-                self.lost_child(p);
-            }
+        handle.or_else(|| self.dropped_start(id, parent))
+    }
+
+    /// Counts a start no window took; a child's parent loses its complete times.
+    #[cold]
+    fn dropped_start(&self, id: CommId, parent: Option<Handle>) -> Option<u64> {
+        self.drops.full.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = parent.filter(|p| p.comm == id) {
+            self.lost_child(p);
         }
-        handle
+        None
     }
 
     /// Claims a slot in `kind`'s lane of window `w` for the start of a new event, if that lane
     /// holds fewer than `limit` claims, and writes its record; returns the event's handle and its
     /// index in the lane.
     #[inline(always)]
-    fn push_start(&self, id: CommId, kind: Kind, w: u8, limit: Option<u64>, ts: u64, body: Body) -> Option<(u64, u32)> {
+    fn push_start(&self, id: CommId, kind: Kind, w: u8, limit: Option<u64>, entry: Entry) -> Option<(u64, u32)> {
         let lane = kind.lane();
         let window = self.windows.get(usize::from(w))?;
         if limit.is_some_and(|limit| window.lane_claimed(lane) >= limit) {
             return None;
         }
         let mut handle = 0;
-        let claim = window.push(lane, |c| {
+        let claim = window.push(lane, entry, |c| {
             handle = Handle {
                 comm: id,
                 window: w,
@@ -72,7 +80,7 @@ impl Comm {
                 slot: c.slot,
             }
             .encode();
-            Record { id: handle, ts, body }
+            handle
         })?;
         Some((handle, claim.index))
     }
@@ -127,7 +135,7 @@ impl Comm {
     /// Records a state or stop of the event `handle` into its window; counted as late when that
     /// window was already processed, as full when it has no room left.
     /// Called on: NCCL user and proxy threads; lock-free.
-    #[inline]
+    #[inline(always)]
     pub fn append(&self, handle: Handle, ts: u64, body: Body) {
         if !self.epoch_matches(handle) {
             self.drops.late.fetch_add(1, Ordering::Relaxed);
@@ -139,16 +147,14 @@ impl Comm {
     /// The write behind [`Comm::append`], once the epoch matched. The window can still cycle
     /// before the claim: then the slot of the new cycle gets a filler (the consumer skips it) and
     /// the record is counted late.
-    #[inline]
+    #[inline(always)]
     pub(super) fn write(&self, handle: Handle, ts: u64, body: Body) {
         let id = handle.encode();
         let current = |epoch: u32| epoch & EPOCH_MASK == handle.epoch;
-        let pushed = self.windows.get(usize::from(handle.window)).and_then(|w| {
-            w.push(handle.kind.lane(), |c| Record {
-                id: if current(c.epoch) { id } else { 0 },
-                ts,
-                body,
-            })
+        let lane = handle.kind.lane();
+        let pushed = Entry::new(lane, ts, body).and_then(|entry| {
+            let w = self.windows.get(usize::from(handle.window))?;
+            w.push(lane, entry, |c| if current(c.epoch) { id } else { 0 })
         });
         match pushed {
             None => self.drops.full.fetch_add(1, Ordering::Relaxed),

@@ -7,6 +7,7 @@
 //! pointer into NCCL memory survives the callback.
 #![forbid(unsafe_code)]
 
+pub mod compact;
 pub mod handle;
 pub mod names;
 
