@@ -350,6 +350,37 @@ fn pxn_ops_never_decode_foreign_context_or_parent() {
 }
 
 #[test]
+fn a_context_another_process_tagged_is_foreign_even_under_our_pid() {
+    let (p, _) = setup();
+    let c = new_comm(p, 1, 4);
+    let ours = Context::decode(c.context as u64).unwrap();
+    assert!(ours.is_ours());
+    // A process in another PID namespace with our PID: its context may even name our slot and
+    // generation; only its process tag differs.
+    let theirs = Context {
+        process: ours.process.wrapping_add(1),
+        ..ours
+    }
+    .encode() as *mut _;
+    let ops = STATS.foreign_ops.get();
+    let op = p.proxy_op(theirs, H(0xdead_beef_0000 as *mut _), pid(), 3, 0, 2, 2, true);
+    assert!(
+        !op.is_null(),
+        "recorded as a PXN op under our communicator with the same hash"
+    );
+    assert_eq!(STATS.foreign_ops.get(), ops + 1, "taken as foreign, not as ours");
+    (0..2).for_each(|s| p.send_step(theirs, op, 3, s, 1 << 20, 0, Duration::from_micros(5)));
+    p.stop(op);
+    let s = finalize(p, &c);
+    assert!(
+        s.iter()
+            .flat_map(|w| &w.links)
+            .any(|l| l.rank == 3 && l.peer == 0 && l.transfers == 2),
+        "the link is under the originating rank"
+    );
+}
+
+#[test]
 fn trans_size_comes_only_from_send_wait() {
     let (p, _) = setup();
     let c = new_comm(p, 0, 2);

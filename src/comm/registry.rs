@@ -88,11 +88,12 @@ pub fn get(id: CommId) -> Option<&'static Comm> {
     (comm.state.load(Ordering::Acquire) == u32::from(id.generation) | LIVE).then_some(comm)
 }
 
-/// The live communicator a context of ours names: slot, generation and hash tag must all match.
+/// The live communicator a context of ours names: process tag, slot, generation and hash tag must
+/// all match.
 /// Called on: any thread; lock-free.
 #[inline]
 pub fn get_context(ctx: Context) -> Option<&'static Comm> {
-    get(ctx.comm).filter(|c| c.hash_tag.load(Ordering::Relaxed) == ctx.hash_tag)
+    get(ctx.comm).filter(|c| ctx.is_ours() && c.hash_tag.load(Ordering::Relaxed) == ctx.hash_tag)
 }
 
 /// The live communicator whose hash has this [`Context::tag`]: the same communicator seen from

@@ -224,13 +224,14 @@ fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
 
 /// A ProxyOp start. A receive op is recorded only under one of our Coll/P2p (a collective ends
 /// when its last op of either direction stops), as kind [`Kind::RecvOp`] so its steps are
-/// declined by their parent's kind alone. A PXN op (pid not ours) carries another process's
-/// context and parent: neither is decoded as ours; a send is attributed to our communicator with
-/// the same hash, under the originating rank (v4+: v1–v3 contexts know no hash); a receive is
-/// declined.
+/// declined by their parent's kind alone. A PXN op (pid not ours, or a context another process
+/// tagged: PID namespaces let PIDs coincide) carries another process's context and parent:
+/// neither is decoded as ours; a send is attributed to our communicator with the same hash, under
+/// the originating rank (v4+: v1–v3 contexts know no hash); a receive is declined.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
-    let own = op.pid == OWN_PID.load(Ordering::Relaxed);
+    let tagged_elsewhere = Context::decode(context).is_some_and(|c| !c.is_ours());
+    let own = op.pid == OWN_PID.load(Ordering::Relaxed) && !tagged_elsewhere;
     let mut origin = 0;
     let (id, comm, parent) = if own {
         let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]);

@@ -15,9 +15,13 @@
 //! | 50–61 | comm slot      |
 //! | 62    | kind, high bit |
 //!
-//! A context packs (comm slot, generation) the same way plus the low 38 bits of the communicator
-//! hash, so a PXN op from another process can be matched to our own communicator with that hash.
+//! A context packs (comm slot, generation) the same way, a tag of this process (bits 22–37,
+//! random per process) and the low 22 bits of the communicator hash, so a PXN op from another
+//! process can be matched to our own communicator with that hash, and is never taken for ours even
+//! when its process has our PID (containers in other PID namespaces sharing the node).
 #![forbid(unsafe_code)]
+
+use std::sync::OnceLock;
 
 /// Largest slot index a handle can name.
 pub const MAX_SLOTS: u32 = (1 << 21) - 1;
@@ -39,7 +43,9 @@ const EPOCH_SHIFT: u32 = 24;
 const WINDOW_SHIFT: u32 = 36;
 const GEN_SHIFT: u32 = 38;
 const COMM_SHIFT: u32 = 50;
-const HASH_BITS: u32 = GEN_SHIFT;
+const HASH_BITS: u32 = 22;
+/// Where a context's process tag goes (16 bits, up to the generation).
+const PROCESS_SHIFT: u32 = HASH_BITS;
 /// Where the kind's high bit (of [`Kind::KernelPhase`]) goes.
 const KIND_HIGH_SHIFT: u32 = 62;
 
@@ -157,17 +163,38 @@ impl Handle {
 pub struct Context {
     /// The communicator.
     pub comm: CommId,
-    /// Low 38 bits of the communicator hash.
+    /// Low 22 bits of the communicator hash.
     pub hash_tag: u64,
+    /// Tag of the process that made the context ([`process_tag`] in ours).
+    pub process: u16,
+}
+
+/// This process's context tag: random, fixed for the process's life. Called on: any thread
+/// (one load once set).
+pub fn process_tag() -> u16 {
+    static TAG: OnceLock<u16> = OnceLock::new();
+    *TAG.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        // std's hasher keys come from the OS's random source, fresh per process.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish() as u16
+    })
 }
 
 impl Context {
-    /// Builds the context of a communicator with hash `comm_hash`.
+    /// Builds this process's context of a communicator with hash `comm_hash`.
     pub fn new(comm: CommId, comm_hash: u64) -> Context {
         Context {
             comm,
             hash_tag: Context::tag(comm_hash),
+            process: process_tag(),
         }
+    }
+
+    /// Whether this process made the context.
+    pub fn is_ours(&self) -> bool {
+        self.process == process_tag()
     }
 
     /// The part of a communicator hash a context carries.
@@ -177,7 +204,7 @@ impl Context {
 
     /// Packs into the non-zero integer NCCL stores as `*context`.
     pub fn encode(self) -> u64 {
-        comm_bits(self.comm) | self.hash_tag
+        comm_bits(self.comm) | u64::from(self.process) << PROCESS_SHIFT | Context::tag(self.hash_tag)
     }
 
     /// Unpacks a context; `None` when it cannot be one of ours.
@@ -188,6 +215,7 @@ impl Context {
         Some(Context {
             comm: comm_from_bits(value)?,
             hash_tag: Context::tag(value),
+            process: (value >> PROCESS_SHIFT) as u16,
         })
     }
 }
@@ -205,7 +233,7 @@ fn comm_from_bits(value: u64) -> Option<CommId> {
     })
 }
 
-const _: () = assert!(SLOT_BITS == KIND_SHIFT && COMM_SHIFT + 12 == 62);
+const _: () = assert!(SLOT_BITS == KIND_SHIFT && COMM_SHIFT + 12 == 62 && PROCESS_SHIFT + 16 == GEN_SHIFT);
 
 #[cfg(test)]
 mod tests {
@@ -227,10 +255,15 @@ mod tests {
         }
 
         #[test]
-        fn context_round_trips(slot in 0u16..4096, generation in 1u16..4096, hash in any::<u64>()) {
+        fn context_round_trips(slot in 0u16..4096, generation in 1u16..4096, hash in any::<u64>(),
+                               process in any::<u16>()) {
             let c = Context::new(CommId { slot, generation }, hash);
+            prop_assert!(c.is_ours());
             prop_assert_ne!(c.encode(), 0);
             prop_assert_eq!(Context::decode(c.encode()), Some(c));
+            let other = Context { process, ..c };
+            prop_assert_eq!(Context::decode(other.encode()), Some(other));
+            prop_assert_eq!(other.is_ours(), process == process_tag());
         }
 
         #[test]
