@@ -14,6 +14,9 @@ use crate::buffer::window::{Entry, WindowState};
 use crate::record::Body;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
 
+/// Starts in a lane between two checks of the whole window against the count trigger.
+const TRIGGER_STRIDE: u64 = 64;
+
 impl Comm {
     /// Records the start of a new event of `kind` and returns its handle; `None` (counted) when
     /// no window has space. A child goes to the window of `parent` (one of our handles) while
@@ -29,15 +32,20 @@ impl Comm {
         // The parent's window may be full or sealed: then the child goes to the current window,
         // and the consumer's table of open operations links it.
         if let Some(p) = parent.filter(|p| p.comm == id && self.epoch_matches(*p))
-            && let Some((h, _)) = push(p.window, None)
+            && let Some((h, index)) = push(p.window, None)
         {
+            // Children fill the proxy and kernel lanes: they switch windows too (nothing happens
+            // unless the parent's window is current).
+            if self.reached_trigger(p.window, index) {
+                self.switch_to_standby(p.window);
+            }
             return Some(h);
         }
         // Relaxed: `push` synchronises with the window's opening through its cursor.
         let cur = self.current.load(Ordering::Relaxed);
         let handle = match push(cur, Some(self.root_limit)) {
             Some((h, index)) => {
-                if u64::from(index) + 1 >= self.count_trigger {
+                if self.reached_trigger(cur, index) {
                     self.switch_to_standby(cur);
                 }
                 Some(h)
@@ -58,6 +66,20 @@ impl Comm {
             self.lost_child(p);
         }
         None
+    }
+
+    /// Whether the start just claimed at `index` of its lane brings window `w` to the count
+    /// trigger: its lane alone, or all lanes together, which every [`TRIGGER_STRIDE`]th claim of
+    /// a lane checks (the other lanes' cursors are other threads' cache lines).
+    #[inline(always)]
+    fn reached_trigger(&self, w: u8, index: u32) -> bool {
+        let n = u64::from(index) + 1;
+        n >= self.count_trigger
+            || n % TRIGGER_STRIDE == 0
+                && self
+                    .windows
+                    .get(usize::from(w))
+                    .is_some_and(|w| w.claimed() >= self.count_trigger)
     }
 
     /// Claims a slot in `kind`'s lane of window `w` for the start of a new event, if that lane

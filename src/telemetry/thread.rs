@@ -94,14 +94,27 @@ fn run(build: Option<BuildPipeline>) {
             let now = Instant::now();
             activation::tick(SystemTime::now());
             busy = poll_all(now);
+            // Takes what waits in the inbox into the pipeline, which exports with `flush` or at
+            // the end of an interval.
+            let mut record = |flush: bool| {
+                let mut summaries = inbox::take();
+                pipeline
+                    .as_mut()
+                    .and_then(|p| p.tick(now, flush, summaries.make_contiguous(), &self_telemetry))
+            };
             if request.is_some_and(|r| r.drain_live) {
-                drain_live();
+                // The exit flush processes every window of the live communicators that holds
+                // records, and every operation they still hold (open events counted
+                // unfinished). That takes a while, and other
+                // threads' finalizes may meanwhile fill the bounded inbox: what waits there goes
+                // into the pipeline before each communicator's drain.
+                let secs_per_tick = clock::secs_per_tick();
+                for comm in comm::all() {
+                    record(false);
+                    sink::deliver(&comm.drain(secs_per_tick));
+                }
             }
-            let mut summaries = inbox::take();
-            let summaries = summaries.make_contiguous();
-            seq = pipeline
-                .as_mut()
-                .and_then(|p| p.tick(now, request.is_some(), summaries, &self_telemetry));
+            seq = record(request.is_some());
         }));
         if pass.is_err() {
             STATS.panics.incr();
@@ -132,15 +145,6 @@ fn poll_all(now: Instant) -> bool {
         busy |= comm.busy();
     }
     busy
-}
-
-/// Processes every window of the live communicators that holds records, and every operation
-/// they still hold, with open events counted unfinished. For the exit flush only.
-fn drain_live() {
-    let secs_per_tick = clock::secs_per_tick();
-    for comm in comm::all() {
-        sink::deliver(&comm.drain(secs_per_tick));
-    }
 }
 
 /// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A
