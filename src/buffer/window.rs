@@ -294,6 +294,12 @@ impl Window {
         slot.record.with(|p| unsafe { (*p).assume_init() })
     }
 
+    /// Whether the record in `slot` was published this epoch (its stamp only). Called on:
+    /// consumer.
+    pub fn is_published(&self, slot: u32) -> bool {
+        self.at(slot).is_some_and(|s| self.stamped(&s))
+    }
+
     fn stamped(&self, slot: &At<'_>) -> bool {
         // Acquire: pairs with `push`'s Release; the record is complete once the stamp matches.
         slot.stamp().load(Ordering::Acquire) == self.epoch()
@@ -312,7 +318,7 @@ impl Window {
     pub fn reset(&self, keep: [u32; LANES]) -> bool {
         let drained = self.sealed.iter().enumerate().all(|(l, sealed)| {
             self.lane_slots(l, sealed.load(Ordering::Relaxed))
-                .all(|s| self.at(s).is_some_and(|s| self.stamped(&s)))
+                .all(|s| self.is_published(s))
         });
         if self.state() != WindowState::Processing || !drained {
             return false;

@@ -409,7 +409,7 @@ impl Comm {
         for lane in (0..LANES).rev() {
             let slots = window.lane_slots(lane, window.lane_claimed(lane).min(u64::from(u32::MAX)) as u32);
             ends[lane] = (slots.start + t.scanned[lane]..slots.end)
-                .find(|&s| window.published(s).is_none())
+                .find(|&s| !window.is_published(s))
                 .unwrap_or(slots.end);
         }
         for (lane, end) in ends.into_iter().enumerate() {
