@@ -1,10 +1,10 @@
 //! The slot arenas of a window: page-aligned anonymous mappings of record slots, zeroed and
 //! lazily backed by the kernel, whose unused pages are handed back after processing. A slot is a
 //! stamp and a value of the lane's record form (56 bytes for a full
-//! [`Record`](crate::record::Record), 32 for a [`Compact`](crate::record::compact::Compact)). A zeroed slot is a valid empty slot (stamp 0 is no
-//! epoch), so released pages read as empty. The mapping
-//! reserves no swap (`MAP_NORESERVE`): only the pages records touch count, also under strict
-//! overcommit.
+//! [`Record`](crate::record::Record), 32 for a [`Compact`](crate::record::compact::Compact)). A
+//! zeroed slot is a valid empty slot (stamp 0 is no epoch), so released pages read as empty. The
+//! mappings reserve no swap (`MAP_NORESERVE`): only the pages records touch count, also under
+//! strict overcommit.
 //! Called on: the consumer (mapping at `register`, release after processing and `finalize`);
 //! producers only write claimed slots (see [`super::window`]).
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]

@@ -104,10 +104,9 @@ fn run(build: Option<BuildPipeline>) {
             };
             if request.is_some_and(|r| r.drain_live) {
                 // The exit flush processes every window of the live communicators that holds
-                // records, and every operation they still hold (open events counted
-                // unfinished). That takes a while, and other
-                // threads' finalizes may meanwhile fill the bounded inbox: what waits there goes
-                // into the pipeline before each communicator's drain.
+                // records, and every operation they still hold (open events counted unfinished).
+                // That takes a while, and other threads' finalizes may meanwhile fill the bounded
+                // inbox: what waits there goes into the pipeline before each communicator's drain.
                 let secs_per_tick = clock::secs_per_tick();
                 for comm in comm::all() {
                     record(false);
