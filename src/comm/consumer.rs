@@ -199,7 +199,9 @@ impl Comm {
     /// Called on: the telemetry thread.
     pub fn busy(&self) -> bool {
         let cur = self.current_window();
-        self.is_live() && 2 * self.windows[cur].claimed() >= self.count_trigger
+        // Saturating: a sealed window's lanes count as huge (the current one may be sealed by a
+        // racing switch).
+        self.is_live() && self.windows[cur].claimed().saturating_mul(2) >= self.count_trigger
     }
 
     /// Marks the communicator finalized (later callbacks with its handles are stale) and
