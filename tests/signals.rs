@@ -441,12 +441,42 @@ fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], lates:
         .arg(&file)
         .output()
         .unwrap();
+    // On failure, the input series the rules read: the file is gone with CI's machine.
+    let inputs = || {
+        let used = [
+            "- name: ",
+            "nccl_link_bandwidth",
+            "peer_wait_seconds_sum",
+            "peer_wait_seconds_count",
+            "hang_stuck",
+        ];
+        let lines: Vec<&str> = yaml.lines().collect();
+        let shown = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| used.iter().any(|u| l.contains(u)));
+        shown
+            .flat_map(|(i, l)| {
+                [
+                    *l,
+                    lines
+                        .get(i + 1)
+                        .filter(|n| n.contains("values:"))
+                        .copied()
+                        .unwrap_or(""),
+                ]
+            })
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert!(
         test.status.success(),
-        "promtool test rules {}:\n{}{}",
+        "promtool test rules {}:\n{}{}\ninput series the rules read:\n{}",
         file.display(),
         String::from_utf8_lossy(&test.stdout),
-        String::from_utf8_lossy(&test.stderr)
+        String::from_utf8_lossy(&test.stderr),
+        inputs()
     );
 }
 

@@ -72,7 +72,8 @@ fn free_slot(config: &Config) -> Option<(usize, &'static Comm, MutexGuard<'stati
     let i = all().count();
     let comm: &'static Comm = Box::leak(Box::new(Comm::new(i as u16, config)?));
     let comm = *COMMS.get(i)?.get_or_init(|| comm);
-    Some((i, comm, comm.consumer.try_lock()?))
+    // Once published, the telemetry thread's poll may hold the new slot's lock for a moment.
+    Some((i, comm, comm.consumer.lock()))
 }
 
 /// Recycles every window of a slot that is not live (no short-circuit); whether all are READY.
