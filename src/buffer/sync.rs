@@ -1,16 +1,17 @@
-//! Atomics and `UnsafeCell` for the lock-free window: `std`'s, or `loom`'s under `cfg(nccl_loom)` (our own
-//! cfg name: tokio changes behaviour under the usual `cfg(loom)`, which reaches every crate) so the
-//! loom model in `tests/loom_window.rs` explores every interleaving of the same code.
+//! Atomics and `UnsafeCell` for the lock-free window and a communicator's routing: `std`'s, or
+//! `loom`'s under `cfg(nccl_loom)` (our own cfg name: tokio changes behaviour under the usual
+//! `cfg(loom)`, which reaches every crate) so the loom models (`tests/loom_window.rs`, the
+//! window; `comm::loom`, the producers' routing) explore every interleaving of the same code.
 #![forbid(unsafe_code)]
 
 #[cfg(nccl_loom)]
 pub use loom::{
     cell::UnsafeCell,
-    sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering},
 };
 
 #[cfg(not(nccl_loom))]
-pub use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+pub use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 /// `std`'s `UnsafeCell` with loom's `with`/`with_mut` access API.
 #[cfg(not(nccl_loom))]

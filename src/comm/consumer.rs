@@ -10,7 +10,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS};
+use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS, route, split};
 use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::{CommMeta, Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
 use crate::buffer::window::{Window, WindowState};
@@ -232,7 +232,7 @@ impl Comm {
         let summaries = self.process_all(&mut c, secs_per_tick);
         if let Some(next) = (0..WINDOWS).find(|&i| self.windows[i].open()) {
             self.make_current(&mut c, next, Instant::now());
-            self.current.store(next as u8, Ordering::Relaxed);
+            self.route.store(route(next as u8, NONE), Ordering::Relaxed);
             self.arm(&c);
         }
         summaries
@@ -242,8 +242,8 @@ impl Comm {
     /// open operations.
     fn process_all(&self, c: &mut Consumer, secs_per_tick: f64) -> Vec<WindowSummary> {
         // The armed standby (or an orphan of a race) holds nothing: back to READY, unreported.
-        self.standby.store(NONE, Ordering::Relaxed);
         let current = self.current_window();
+        self.route.store(route(current as u8, NONE), Ordering::Relaxed);
         for (i, w) in self.windows.iter().enumerate() {
             if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
                 w.reset([0; LANES]);
@@ -318,10 +318,14 @@ impl Comm {
     /// Arms a standby window for producers to switch to, when none is: an opened empty window
     /// nobody points at (left by a race), else a READY one, opened now.
     pub(super) fn arm(&self, c: &Consumer) {
-        if self.standby.load(Ordering::Acquire) != NONE {
+        // Acquire: pairs with a producer's switch. With no standby armed no producer changes
+        // the route: it stays as read until the store below (the caller holds the consumer lock).
+        let seen = self.route.load(Ordering::Acquire);
+        let (current, standby) = split(seen);
+        if standby != NONE {
             return;
         }
-        let current = self.current_window();
+        let current = usize::from(current) % WINDOWS;
         let others = || {
             (1..WINDOWS)
                 .map(move |k| (c.current + k) % WINDOWS)
@@ -332,14 +336,14 @@ impl Comm {
             .or_else(|| others().find(|&i| self.windows[i].open()));
         if let Some(i) = armed {
             // Release: the window's opening is visible to the producer that takes it.
-            self.standby.store(i as u8, Ordering::Release);
+            self.route.store(route(current as u8, i as u8), Ordering::Release);
         }
     }
 
     /// The window new events go to now (producers may switch it at any time).
     fn current_window(&self) -> usize {
         // Acquire: pairs with a producer's switch, so the standby's opening is visible.
-        usize::from(self.current.load(Ordering::Acquire)) % WINDOWS
+        usize::from(split(self.route.load(Ordering::Acquire)).0) % WINDOWS
     }
 
     /// Makes `next` the window the consumer knows as current, numbered as the next cycle.

@@ -23,6 +23,8 @@
 #![forbid(unsafe_code)]
 
 mod consumer;
+#[cfg(all(test, nccl_loom))]
+mod loom;
 mod producer;
 mod registry;
 #[cfg(test)]
@@ -30,13 +32,13 @@ mod tests;
 
 pub use registry::{all, find_by_hash_tag, get, get_context, register};
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use crate::aggregate::CommMeta;
+use crate::buffer::sync::{AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use crate::buffer::window::Window;
 use crate::config::Config;
 use crate::record::handle::{Context, GEN_MASK};
@@ -44,8 +46,18 @@ use consumer::Consumer;
 
 /// Windows per communicator.
 pub const WINDOWS: usize = 4;
-/// [`Comm::standby`] when no window is armed.
+/// The standby of [`Comm::route`] when no window is armed.
 const NONE: u8 = u8::MAX;
+
+/// [`Comm::route`]'s value for a current window and a standby.
+const fn route(current: u8, standby: u8) -> u16 {
+    current as u16 | (standby as u16) << 8
+}
+
+/// The (current, standby) windows of a [`Comm::route`] value.
+const fn split(route: u16) -> (u8, u8) {
+    (route as u8, (route >> 8) as u8)
+}
 /// A CLOSING window waits at least this long for children of its last roots (a ProxyOp can
 /// start just after its Coll stopped), then until nothing is open, at most the grace period.
 pub const SETTLE: Duration = Duration::from_millis(20);
@@ -104,13 +116,13 @@ pub struct Comm {
     /// neither: rank −1) from its first Coll/P2p ([`Comm::identify`]).
     learned_hash: AtomicU64,
     learned_rank: AtomicI32,
-    /// Index of the FILLING window new roots go to.
-    current: AtomicU8,
-    /// Index of an opened, empty window the current one switches to ([`NONE`]: none armed yet).
-    /// The consumer arms it; the first root to claim [`Comm::count_trigger`] slots in its lane of
-    /// the current window, or the consumer's own trigger, makes it current, so a busy window never
-    /// waits for the telemetry thread to be scheduled.
-    standby: AtomicU8,
+    /// The current window and the standby, in one atomic ([`Comm::route`]) so that a switch and
+    /// an arming never see each other half done. Current: the FILLING window new roots go to.
+    /// Standby: an opened, empty window the current one switches to ([`NONE`]: none armed yet);
+    /// the consumer arms it, and the first root to claim [`Comm::count_trigger`] slots in its lane
+    /// of the current window, or the consumer's own trigger, makes it current, so a busy window
+    /// never waits for the telemetry thread to be scheduled.
+    route: AtomicU16,
     /// Claims a new event may take in its lane of the current window.
     root_limit: u64,
     /// Claims in a lane of the current window (or, for the consumer, in all of them) that switch
@@ -137,8 +149,7 @@ impl Comm {
             hash_tag: AtomicU64::new(0),
             learned_hash: AtomicU64::new(0),
             learned_rank: AtomicI32::new(-1),
-            current: AtomicU8::new(0),
-            standby: AtomicU8::new(NONE),
+            route: AtomicU16::new(route(0, NONE)),
             root_limit,
             count_trigger: u64::from(config.count_trigger).min(root_limit),
             windows: [w()?, w()?, w()?, w()?],
@@ -161,8 +172,7 @@ impl Comm {
         self.lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
         self.lost_held.store(false, Ordering::Relaxed);
         self.windows[0].open();
-        self.current.store(0, Ordering::Relaxed);
-        self.standby.store(NONE, Ordering::Relaxed);
+        self.route.store(route(0, NONE), Ordering::Relaxed);
         self.arm(c);
         // Release: everything above is visible to whoever sees the communicator live.
         self.state.store(generation | LIVE, Ordering::Release);

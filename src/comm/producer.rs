@@ -9,7 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Comm, LOST, NONE};
+use super::{Comm, LOST, NONE, route, split};
 use crate::buffer::window::{Entry, WindowState};
 use crate::record::Body;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
@@ -42,7 +42,7 @@ impl Comm {
             return Some(h);
         }
         // Relaxed: `push` synchronises with the window's opening through its cursor.
-        let cur = self.current.load(Ordering::Relaxed);
+        let cur = split(self.route.load(Ordering::Relaxed)).0;
         let handle = match push(cur, Some(self.root_limit)) {
             Some((h, index)) => {
                 if self.reached_trigger(cur, index) {
@@ -51,7 +51,8 @@ impl Comm {
                 Some(h)
             }
             None if self.switch_to_standby(cur) => {
-                push(self.current.load(Ordering::Relaxed), Some(self.root_limit)).map(|(h, _)| h)
+                let cur = split(self.route.load(Ordering::Relaxed)).0;
+                push(cur, Some(self.root_limit)).map(|(h, _)| h)
             }
             None => None,
         };
@@ -112,31 +113,26 @@ impl Comm {
     /// threads (the root that filled the window to the count trigger), the telemetry thread.
     #[cold]
     pub(super) fn switch_to_standby(&self, cur: u8) -> bool {
-        if self.current.load(Ordering::Relaxed) != cur {
-            return true;
-        }
         // Every new event past the trigger comes here while no window is armed: a plain load
         // keeps that cheap.
-        if self.standby.load(Ordering::Relaxed) == NONE {
-            return false;
-        }
-        // AcqRel: the standby window's opening is visible before it becomes current.
-        let next = self.standby.swap(NONE, Ordering::AcqRel);
-        if next == NONE || next == cur {
-            return false;
-        }
-        match self
-            .current
-            .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
-        {
-            Ok(_) => true,
-            Err(_) => {
-                // Switched meanwhile: `next` stays armed (or, if the consumer armed another,
-                // an opened empty window it arms again later).
-                let _ = self
-                    .standby
-                    .compare_exchange(NONE, next, Ordering::AcqRel, Ordering::Relaxed);
-                true
+        let mut seen = self.route.load(Ordering::Relaxed);
+        loop {
+            let (now, next) = split(seen);
+            if now != cur {
+                return true;
+            }
+            if next == NONE {
+                return false;
+            }
+            // Acquire: the standby window's opening (Release in `arm`) is visible before any
+            // record goes to it. A failure means another thread switched (or the consumer
+            // re-armed): look again.
+            match self
+                .route
+                .compare_exchange_weak(seen, route(next, NONE), Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => seen = actual,
             }
         }
     }

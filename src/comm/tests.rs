@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
 
-use super::{Comm, NONE, ROOT_SHARE, SETTLE};
+use super::{Comm, NONE, ROOT_SHARE, SETTLE, route, split};
 use crate::aggregate::{CommMeta, WindowSummary};
 use crate::config::Config;
 use crate::record::handle::{CommId, Handle, Kind};
@@ -39,7 +39,8 @@ fn live(capacity: u32) -> (Comm, Instant) {
 /// Takes the armed standby window away, as when every other window is still being processed:
 /// the current window then keeps filling.
 fn no_standby(comm: &Comm) {
-    comm.standby.store(NONE, Ordering::Relaxed);
+    let current = split(comm.route.load(Ordering::Relaxed)).0;
+    comm.route.store(route(current, NONE), Ordering::Relaxed);
 }
 
 fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
@@ -290,5 +291,5 @@ fn a_window_filled_to_the_trigger_switches_without_the_consumer() {
     assert!(no_window(poll(&comm, t0, Duration::from_millis(1))));
     let done = poll(&comm, t0, SETTLE + Duration::from_millis(1));
     assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2 * first as u64);
-    assert_eq!(comm.standby.load(Ordering::Relaxed), 2);
+    assert_eq!(split(comm.route.load(Ordering::Relaxed)).1, 2);
 }
