@@ -242,8 +242,9 @@ impl Comm {
     /// open operations.
     fn process_all(&self, c: &mut Consumer, secs_per_tick: f64) -> Vec<WindowSummary> {
         // The armed standby (or an orphan of a race) holds nothing: back to READY, unreported.
+        // One atomic step, so that a producer switching at this moment is not undone.
+        self.route.fetch_or(route(0, NONE), Ordering::AcqRel);
         let current = self.current_window();
-        self.route.store(route(current as u8, NONE), Ordering::Relaxed);
         for (i, w) in self.windows.iter().enumerate() {
             if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
                 w.reset([0; LANES]);
