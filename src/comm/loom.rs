@@ -7,68 +7,16 @@
 //! Run: `RUSTFLAGS="--cfg nccl_loom" cargo test --release --lib comm::loom`.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
 
+use super::tests::{coll, live_with, proxy_op};
 use super::{Comm, DropCounts, NONE, Ordering, WINDOWS, split};
-use crate::aggregate::CommMeta;
 use crate::buffer::window::WindowState;
-use crate::config::Config;
-use crate::record::handle::{CommId, Handle, Kind, LANES};
-use crate::record::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart};
-
-const ID: CommId = CommId { slot: 0, generation: 1 };
-
-/// A live communicator whose windows have 8 slots a lane, switching at 2 claims.
-fn comm() -> Comm {
-    let config = Config {
-        capacity: 8,
-        count_trigger: 2,
-        interval: Duration::from_secs(1),
-        ..Config::default()
-    };
-    let comm = Comm::new(ID.slot, &config).unwrap();
-    let meta = CommMeta {
-        hash: 0xC0,
-        name: "loom".into(),
-        rank: 0,
-        nranks: 2,
-        nnodes: 2,
-    };
-    comm.activate(&mut comm.consumer.lock(), u32::from(ID.generation), meta, &config);
-    comm
-}
-
-fn coll(comm: &Comm) -> u64 {
-    let body = Body::Coll(CollStart {
-        seq: 0,
-        count: 256,
-        func: Func::AllReduce,
-        algo: Algo::Ring,
-        proto: Proto::Simple,
-        datatype: Datatype::Float32,
-        n_channels: 1,
-        graph: None,
-    });
-    comm.start(ID, Kind::Coll, None, 1, body).expect("a window has room")
-}
-
-/// A send ProxyOp, child of `parent` (untimed, as the hot path starts children).
-fn proxy_op(comm: &Comm, parent: u64) -> u64 {
-    let body = Body::ProxyOp(ProxyOpStart {
-        parent,
-        rank: 0,
-        peer: 1,
-        channel: 0,
-        send: true,
-        origin: 0,
-    });
-    let parent = Handle::decode(parent);
-    comm.start(ID, Kind::ProxyOp, parent, 0, body)
-        .expect("a window has room")
-}
+use crate::record::Body;
+use crate::record::handle::LANES;
 
 /// How many records of the windows' lanes (as claimed so far) have `id` and satisfy `what`.
 fn count(comm: &Comm, id: u64, what: impl Fn(&Body) -> bool) -> usize {
@@ -89,22 +37,23 @@ fn count(comm: &Comm, id: u64, what: impl Fn(&Body) -> bool) -> usize {
 #[test]
 fn routing_while_the_consumer_switches_windows() {
     loom::model(|| {
-        let comm = Arc::new(comm());
-        let first = coll(&comm);
-        let t0 = Instant::now();
+        // Windows of 8 slots a lane, switching at 2 claims: the user's root reaches the trigger.
+        let (comm, t0) = live_with(8, 2);
+        let comm = Arc::new(comm);
+        let first = coll(&comm, 1).expect("a window has room");
         let user = {
             let comm = comm.clone();
             thread::spawn(move || {
-                let h = coll(&comm);
-                comm.append(Handle::decode(h).unwrap(), 3, Body::Stop);
+                let h = coll(&comm, 2).expect("a window has room");
+                comm.append(h, 3, Body::Stop);
                 h
             })
         };
         let proxy = {
             let comm = comm.clone();
             thread::spawn(move || {
-                let h = proxy_op(&comm, first);
-                comm.append(Handle::decode(h).unwrap(), 4, Body::Stop);
+                let h = proxy_op(&comm, first).expect("a window has room");
+                comm.append(h, 4, Body::Stop);
                 h
             })
         };
@@ -113,13 +62,13 @@ fn routing_while_the_consumer_switches_windows() {
         let handles = [first, user.join().unwrap(), proxy.join().unwrap()];
 
         assert_eq!(comm.drop_counts(), DropCounts::default(), "nothing dropped");
-        for &h in &handles {
-            let d = Handle::decode(h).unwrap();
-            let start = comm.windows[usize::from(d.window)].published(d.slot);
-            assert_eq!(start.map(|r| r.id), Some(h), "{d:?} names its start");
+        for h in handles {
+            let start = comm.windows[usize::from(h.window)].published(h.slot);
+            assert_eq!(start.map(|r| r.id), Some(h.encode()), "{h:?} names its start");
         }
-        for &h in &handles[1..] {
-            assert_eq!(count(&comm, h, |b| matches!(b, Body::Stop)), 1, "one stop of {h:#x}");
+        for h in &handles[1..] {
+            let stops = count(&comm, h.encode(), |b| matches!(b, Body::Stop));
+            assert_eq!(stops, 1, "one stop of {h:?}");
         }
         let (cur, standby) = split(comm.route.load(Ordering::Relaxed));
         let cur = usize::from(cur);

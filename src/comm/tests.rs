@@ -14,13 +14,18 @@ use crate::record::handle::{CommId, Handle, Kind};
 use crate::record::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart};
 
 const INTERVAL: Duration = Duration::from_secs(1);
-const ID: CommId = CommId { slot: 0, generation: 1 };
+pub(super) const ID: CommId = CommId { slot: 0, generation: 1 };
 
 /// A live communicator with windows of `capacity` slots, and the time its windows started.
 fn live(capacity: u32) -> (Comm, Instant) {
+    live_with(capacity, capacity)
+}
+
+/// [`live`], switching windows at `count_trigger` claims.
+pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Comm, Instant) {
     let config = Config {
         capacity,
-        count_trigger: capacity,
+        count_trigger,
         interval: INTERVAL,
         ..Config::default()
     };
@@ -43,7 +48,7 @@ fn no_standby(comm: &Comm) {
     comm.route.store(route(current, NONE), Ordering::Relaxed);
 }
 
-fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
+pub(super) fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
     let body = Body::Coll(CollStart {
         seq: 0,
         count: 256,
@@ -57,7 +62,7 @@ fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
     comm.start(ID, Kind::Coll, None, ts, body).and_then(Handle::decode)
 }
 
-fn proxy_op(comm: &Comm, parent: Handle) -> Option<Handle> {
+pub(super) fn proxy_op(comm: &Comm, parent: Handle) -> Option<Handle> {
     let body = Body::ProxyOp(ProxyOpStart {
         parent: parent.encode(),
         rank: 0,
