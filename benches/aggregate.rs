@@ -40,14 +40,8 @@ impl Win {
     }
 
     fn start(&mut self, kind: Kind, body: Body) -> u64 {
-        let id = Handle {
-            comm: WINDOW.comm,
-            window: WINDOW.window,
-            epoch: WINDOW.epoch,
-            kind,
-            slot: self.recs.len() as u32,
-        }
-        .encode();
+        let slot = self.recs.len() as u32;
+        let id = Handle::new(WINDOW.comm.slot, WINDOW.window, WINDOW.epoch, kind, slot).encode();
         self.push(id, body);
         id
     }

@@ -165,10 +165,15 @@ fn faulty_collector_never_harms_the_job() {
             .any(|w| w.contains("metrics export to"))
     );
 
-    // Still hanging: requests pile up, but the queue and memory stay bounded.
+    // Still hanging: requests pile up, but the queue and memory stay bounded. One export per
+    // timeout (0.3 s) against one request per interval (0.2 s) fills the queue in about 1.2 s,
+    // later when the telemetry thread's ticks slip on the busy cores: burst until it drops.
     let rss = emulator::rss() >> 10;
-    let slowest = burst(&p, &c, 1.5);
-    assert!(slowest < CALLBACK_BOUND, "hang: a callback took {slowest:?}");
+    let hang_start = Instant::now();
+    while export::stats().dropped == 0 && hang_start.elapsed() < Duration::from_secs(6) {
+        let slowest = burst(&p, &c, 0.5);
+        assert!(slowest < CALLBACK_BOUND, "hang: a callback took {slowest:?}");
+    }
     let stats = export::stats();
     assert!(stats.queued <= QUEUE, "{stats:?}");
     assert!(

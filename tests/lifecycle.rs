@@ -433,7 +433,7 @@ fn churn_from_several_threads_keeps_the_registry_bounded() {
 }
 
 #[test]
-fn slot_reuse_wraps_generations_and_stale_contexts_stay_stale() {
+fn slot_reuse_wraps_generations_and_stale_contexts_and_handles_stay_stale() {
     let (_serial, s) = setup();
     let p = &s.plugin;
     // Every init takes the lowest free slot, with that slot's next generation: cycle init/finalize
@@ -446,6 +446,8 @@ fn slot_reuse_wraps_generations_and_stale_contexts_stay_stale() {
     let mut last_generation: HashMap<u16, u16> = HashMap::new();
     let mut uses: HashMap<u16, usize> = HashMap::new();
     let mut previous: Option<emulator::Comm> = None;
+    let mut open: Option<(u16, H, H)> = None;
+    let mut stale_checks = 0;
     let mut wrapped = None;
     let mut i = 0;
     while wrapped.is_none() {
@@ -477,17 +479,44 @@ fn slot_reuse_wraps_generations_and_stale_contexts_stay_stale() {
             p.finalize(old.context);
             assert!(STATS.stale.get() >= stale + 2);
         }
+        if let Some((slot, coll, op)) = open.take().filter(|(slot, ..)| *slot == ctx.comm.slot) {
+            // Events the previous communicator in this slot left open: their handles name epochs
+            // its windows have left, so they are stale for the new one, not late records of it.
+            let stale = STATS.stale.get();
+            p.stop(coll);
+            assert!(
+                p.proxy_step(c.context, op, c.rank, 0).is_null(),
+                "a stale parent takes no child"
+            );
+            assert_eq!(STATS.stale.get(), stale + 2, "slot {slot}: stale, not late");
+            let now = comm::get(ctx.comm).expect("live");
+            assert_eq!(now.drop_counts().late, 0);
+            stale_checks += 1;
+        }
         if i % 512 == 0 {
             let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);
             assert!(!coll.is_null(), "recorded at generation {generation}");
             p.stop(coll);
+        }
+        if i % 64 == 0 {
+            let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);
+            let op = p.proxy_op(c.context, coll, pid(), c.rank, 0, 1, 1, true);
+            assert!(!op.is_null());
+            open = Some((ctx.comm.slot, coll, op));
         }
         p.finalize(c.context);
         previous = Some(c);
         i += 1;
     }
     let slots1 = comm::all().count();
-    eprintln!("lifecycle: slot {wrapped:?} wrapped after {i} init/finalize cycles; uses per slot {uses:?}");
+    eprintln!(
+        "lifecycle: slot {wrapped:?} wrapped after {i} init/finalize cycles; uses per slot {uses:?}; \
+         {stale_checks} stale handles of a slot's earlier communicator"
+    );
+    assert!(
+        stale_checks > 0,
+        "no slot was reused right after a communicator left events open"
+    );
     assert!(
         slots1 <= slots0 + 2,
         "slots allocated grew from {slots0} to {slots1}: {uses:?}"

@@ -429,26 +429,26 @@ impl Comm {
                 if record.id != 0 {
                     c.open.flight.see(&record, now);
                 }
-                let Some(h) = Handle::decode(record.id)
-                    .filter(|h| h.comm == me.comm && usize::from(h.window) == i && h.epoch == me.epoch & EPOCH_MASK)
-                else {
+                let Some(h) = Handle::decode(record.id).filter(|h| {
+                    h.comm_slot() == me.comm.slot && usize::from(h.window()) == i && h.epoch() == me.epoch & EPOCH_MASK
+                }) else {
                     continue;
                 };
                 match record.body {
-                    body if body.opens() && h.slot == slot => {
+                    body if body.opens() && h.slot() == slot => {
                         set_bit(&mut t.started, slot);
-                        if h.kind == Kind::RecvOp {
+                        if h.kind() == Kind::RecvOp {
                             continue;
                         }
                         t.open += 1;
                     }
-                    Body::InProgress if has_bit(&t.started, h.slot) && set_bit(&mut t.progressing, h.slot) => {
+                    Body::InProgress if has_bit(&t.started, h.slot()) && set_bit(&mut t.progressing, h.slot()) => {
                         t.open += 1;
                     }
                     Body::Stop
-                        if has_bit(&t.started, h.slot)
-                            && (h.kind != Kind::RecvOp || has_bit(&t.progressing, h.slot))
-                            && set_bit(&mut t.stopped, h.slot) =>
+                        if has_bit(&t.started, h.slot())
+                            && (h.kind() != Kind::RecvOp || has_bit(&t.progressing, h.slot()))
+                            && set_bit(&mut t.stopped, h.slot()) =>
                     {
                         t.open -= 1
                     }

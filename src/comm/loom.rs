@@ -63,7 +63,7 @@ fn routing_while_the_consumer_switches_windows() {
 
         assert_eq!(comm.drop_counts(), DropCounts::default(), "nothing dropped");
         for h in handles {
-            let start = comm.windows[usize::from(h.window)].published(h.slot);
+            let start = comm.windows[usize::from(h.window())].published(h.slot());
             assert_eq!(start.map(|r| r.id), Some(h.encode()), "{h:?} names its start");
         }
         for h in &handles[1..] {

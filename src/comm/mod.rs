@@ -3,8 +3,10 @@
 //!
 //! Communicators live in a fixed registry of [`MAX_COMMS`] slots. A slot's `Comm` is allocated on
 //! first use and kept for the life of the process (type-stable), and reused by later
-//! communicators with a new generation; handles and contexts carry (slot, generation), so a stale
-//! one is recognised by a generation mismatch without touching freed memory.
+//! communicators with a new generation; contexts carry (slot, generation), handles (slot, window,
+//! epoch): its windows stay with the slot and their epochs only grow, so a stale context or handle
+//! is recognised by a generation or epoch mismatch without touching freed memory, and a handle of
+//! an earlier communicator by an epoch from before this one's `init` (`Comm::born`).
 //!
 //! Routing: every record goes to its event kind's lane of a window ([`crate::record::handle::Kind::lane`]). New events
 //! go to the current FILLING window, but only up to [`ROOT_SHARE`] of their lane's capacity, so
@@ -30,7 +32,7 @@ mod registry;
 #[cfg(test)]
 mod tests;
 
-pub use registry::{all, find_by_hash_tag, get, get_context, register};
+pub use registry::{all, find_by_hash_tag, get, get_context, get_slot, register};
 
 use std::time::Duration;
 
@@ -134,6 +136,9 @@ pub struct Comm {
     lost: [AtomicU32; WINDOWS],
     /// A child of an operation whose window was already processed was dropped.
     lost_held: AtomicBool,
+    /// Per window, its epoch when the communicator was made live: handles with older epochs are
+    /// an earlier communicator's (stale), not late records of this one.
+    born: [AtomicU32; WINDOWS],
     /// Drop counters (cumulative since `init`; consumers diff them).
     pub drops: CachePadded<Drops>,
     consumer: Mutex<Consumer>,
@@ -155,6 +160,7 @@ impl Comm {
             windows: [w()?, w()?, w()?, w()?],
             lost: std::array::from_fn(|_| AtomicU32::new(0)),
             lost_held: AtomicBool::new(false),
+            born: std::array::from_fn(|_| AtomicU32::new(0)),
             drops: CachePadded::new(Drops::default()),
             consumer: Mutex::new(Consumer::new(config)),
         })
@@ -171,6 +177,9 @@ impl Comm {
         self.drops.reset();
         self.lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
         self.lost_held.store(false, Ordering::Relaxed);
+        for (born, window) in self.born.iter().zip(&self.windows) {
+            born.store(window.epoch(), Ordering::Relaxed);
+        }
         self.windows[0].open();
         self.route.store(route(0, NONE), Ordering::Relaxed);
         self.arm(c);

@@ -13,6 +13,7 @@ use super::{Comm, LOST, NONE, route, split};
 use crate::buffer::window::{Entry, WindowState};
 use crate::record::Body;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
+use crate::stats::STATS;
 
 /// Starts in a lane between two checks of the whole window against the count trigger.
 const TRIGGER_STRIDE: u64 = 64;
@@ -31,15 +32,20 @@ impl Comm {
         let push = |w: u8, limit: Option<u64>| self.push_start(id, kind, w, limit, entry);
         // The parent's window may be full or sealed: then the child goes to the current window,
         // and the consumer's table of open operations links it.
-        if let Some(p) = parent.filter(|p| p.comm == id && self.epoch_matches(*p))
-            && let Some((h, index)) = push(p.window, None)
-        {
-            // Children fill the proxy and kernel lanes: they switch windows too (nothing happens
-            // unless the parent's window is current).
-            if self.reached_trigger(p.window, index) {
-                self.switch_to_standby(p.window);
+        // A parent of an earlier communicator in this slot is stale (counted), not ours.
+        if let Some(p) = parent.filter(|p| p.comm_slot() == id.slot) {
+            if !self.epoch_matches(p) {
+                if self.stale(p.window(), p.epoch()) {
+                    return None;
+                }
+            } else if let Some((h, index)) = push(p.window(), None) {
+                // Children fill the proxy and kernel lanes: they switch windows too (nothing
+                // happens unless the parent's window is current).
+                if self.reached_trigger(p.window(), index) {
+                    self.switch_to_standby(p.window());
+                }
+                return Some(h);
             }
-            return Some(h);
         }
         // Relaxed: `push` synchronises with the window's opening through its cursor.
         let cur = split(self.route.load(Ordering::Relaxed)).0;
@@ -63,7 +69,7 @@ impl Comm {
     #[cold]
     fn dropped_start(&self, id: CommId, parent: Option<Handle>) -> Option<u64> {
         self.drops.full.fetch_add(1, Ordering::Relaxed);
-        if let Some(p) = parent.filter(|p| p.comm == id) {
+        if let Some(p) = parent.filter(|p| p.comm_slot() == id.slot) {
             self.lost_child(p);
         }
         None
@@ -95,14 +101,7 @@ impl Comm {
         }
         let mut handle = 0;
         let claim = window.push(lane, entry, |c| {
-            handle = Handle {
-                comm: id,
-                window: w,
-                epoch: c.epoch & EPOCH_MASK,
-                kind,
-                slot: c.slot,
-            }
-            .encode();
+            handle = Handle::new(id.slot, w, c.epoch, kind, c.slot).encode();
             handle
         })?;
         Some((handle, claim.index))
@@ -141,11 +140,11 @@ impl Comm {
     /// window for this epoch, or the consumer's held operations when that window was processed.
     #[cold]
     fn lost_child(&self, parent: Handle) {
-        let unprocessed = self.windows.get(usize::from(parent.window)).is_some_and(|w| {
+        let unprocessed = self.windows.get(usize::from(parent.window())).is_some_and(|w| {
             matches!(w.state(), WindowState::Filling | WindowState::Closing) && self.epoch_matches(parent)
         });
-        match self.lost.get(usize::from(parent.window)) {
-            Some(lost) if unprocessed => lost.store(LOST | parent.epoch, Ordering::Relaxed),
+        match self.lost.get(usize::from(parent.window())) {
+            Some(lost) if unprocessed => lost.store(LOST | parent.epoch(), Ordering::Relaxed),
             _ => self.lost_held.store(true, Ordering::Relaxed),
         }
     }
@@ -156,10 +155,30 @@ impl Comm {
     #[inline(always)]
     pub fn append(&self, handle: Handle, ts: u64, body: Body) {
         if !self.epoch_matches(handle) {
-            self.drops.late.fetch_add(1, Ordering::Relaxed);
+            if !self.stale(handle.window(), handle.epoch()) {
+                self.drops.late.fetch_add(1, Ordering::Relaxed);
+            }
             return;
         }
         self.write(handle, ts, body);
+    }
+
+    /// Whether a handle of window `w` and `epoch`, which that window has left, is an earlier
+    /// communicator's (its epoch is older than this communicator's first in that window); counted
+    /// as stale if so.
+    #[cold]
+    fn stale(&self, w: u8, epoch: u32) -> bool {
+        let w = usize::from(w);
+        let (Some(window), Some(born)) = (self.windows.get(w), self.born.get(w)) else {
+            return false;
+        };
+        let now = window.epoch();
+        let age = |epoch: u32| now.wrapping_sub(epoch) & EPOCH_MASK;
+        let stale = age(epoch) > age(born.load(Ordering::Relaxed));
+        if stale {
+            STATS.stale.incr();
+        }
+        stale
     }
 
     /// The write behind [`Comm::append`], once the epoch matched. The window can still cycle
@@ -168,10 +187,10 @@ impl Comm {
     #[inline(always)]
     pub(super) fn write(&self, handle: Handle, ts: u64, body: Body) {
         let id = handle.encode();
-        let current = |epoch: u32| epoch & EPOCH_MASK == handle.epoch;
-        let lane = handle.kind.lane();
+        let current = |epoch: u32| epoch & EPOCH_MASK == handle.epoch();
+        let lane = handle.kind().lane();
         let pushed = Entry::new(lane, ts, body).and_then(|entry| {
-            let w = self.windows.get(usize::from(handle.window))?;
+            let w = self.windows.get(usize::from(handle.window()))?;
             w.push(lane, entry, |c| if current(c.epoch) { id } else { 0 })
         });
         match pushed {
@@ -183,7 +202,7 @@ impl Comm {
 
     fn epoch_matches(&self, h: Handle) -> bool {
         self.windows
-            .get(usize::from(h.window))
-            .is_some_and(|w| w.epoch() & EPOCH_MASK == h.epoch)
+            .get(usize::from(h.window()))
+            .is_some_and(|w| w.epoch() & EPOCH_MASK == h.epoch())
     }
 }

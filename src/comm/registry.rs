@@ -89,6 +89,16 @@ pub fn get(id: CommId) -> Option<&'static Comm> {
     (comm.state.load(Ordering::Acquire) == u32::from(id.generation) | LIVE).then_some(comm)
 }
 
+/// The communicator live in registry slot `slot`, with its id. Called on: any thread; lock-free.
+#[inline]
+pub fn get_slot(slot: u16) -> Option<(CommId, &'static Comm)> {
+    let comm = *COMMS.get(usize::from(slot))?.get()?;
+    // Acquire: pairs with `register`'s Release.
+    let state = comm.state.load(Ordering::Acquire);
+    let generation = (state & GEN_MASK) as u16;
+    (state & LIVE != 0).then_some((CommId { slot, generation }, comm))
+}
+
 /// The live communicator a context of ours names: process tag, slot, generation and hash tag must
 /// all match.
 /// Called on: any thread; lock-free.
@@ -102,23 +112,15 @@ pub fn get_context(ctx: Context) -> Option<&'static Comm> {
 /// bucket is right, else a scan of the slots allocated so far.
 pub fn find_by_hash_tag(hash_tag: u64) -> Option<(CommId, &'static Comm)> {
     let hint = BY_TAG[bucket(hash_tag)].load(Ordering::Relaxed);
-    let hinted = COMMS.get(usize::from(hint)).and_then(|c| c.get().copied());
-    if let Some(found) = hinted.and_then(|comm| with_tag(usize::from(hint), comm, hash_tag)) {
+    if let Some(found) = with_tag(hint, hash_tag) {
         return Some(found);
     }
-    all().enumerate().find_map(|(i, comm)| with_tag(i, comm, hash_tag))
+    all().enumerate().find_map(|(i, _)| with_tag(i as u16, hash_tag))
 }
 
 /// Slot `i`'s communicator with its id, when it is live with this hash tag.
-fn with_tag(i: usize, comm: &'static Comm, hash_tag: u64) -> Option<(CommId, &'static Comm)> {
-    let state = comm.state.load(Ordering::Acquire);
-    (state & LIVE != 0 && comm.hash_tag.load(Ordering::Relaxed) == hash_tag).then_some((
-        CommId {
-            slot: i as u16,
-            generation: (state & GEN_MASK) as u16,
-        },
-        comm,
-    ))
+fn with_tag(i: u16, hash_tag: u64) -> Option<(CommId, &'static Comm)> {
+    get_slot(i).filter(|(_, comm)| comm.hash_tag.load(Ordering::Relaxed) == hash_tag)
 }
 
 /// Every communicator slot allocated so far, live or not (slots are allocated in order).

@@ -89,26 +89,23 @@ fn no_window(summaries: Vec<WindowSummary>) -> bool {
 fn roots_go_to_the_current_window_children_and_stops_to_their_parents() {
     let (comm, t0) = live(64);
     let c = coll(&comm, 10).unwrap();
-    assert_eq!(c.window, 0);
+    assert_eq!(c.window(), 0);
     assert!(
         poll(&comm, t0, INTERVAL).is_empty(),
         "window 0 closes, window 1 takes new roots"
     );
     let later = coll(&comm, 30).unwrap();
-    assert_eq!(later.window, 1);
+    assert_eq!(later.window(), 1);
 
     // A child of the collective in the CLOSING window 0 joins it there; its stop too.
     let op = proxy_op(&comm, c).unwrap();
-    assert_eq!(op.window, 0);
+    assert_eq!(op.window(), 0);
     comm.append(op, 20, Body::Stop);
     comm.append(c, 11, Body::Stop);
     // A parent from another communicator is not ours: the child goes to the current window.
-    let foreign = Handle {
-        comm: CommId { slot: 9, generation: 1 },
-        ..c
-    };
+    let foreign = Handle::new(9, c.window(), c.epoch(), c.kind(), c.slot());
     let stray = proxy_op(&comm, foreign).unwrap();
-    assert_eq!(stray.window, 1);
+    assert_eq!(stray.window(), 1);
     comm.append(stray, 25, Body::Stop);
 
     let done = poll(&comm, t0, INTERVAL + SETTLE);
@@ -146,7 +143,7 @@ fn new_events_leave_room_for_the_stops_of_those_already_in() {
     assert_eq!(comm.drop_counts().full, 1);
     // The rest of the lane is for states and stops of the events in it; children have lanes of
     // their own.
-    assert_eq!(proxy_op(&comm, roots[0]).unwrap().window, 0);
+    assert_eq!(proxy_op(&comm, roots[0]).unwrap().window(), 0);
     for r in &roots[..4] {
         comm.append(*r, 100, Body::Stop);
     }
@@ -167,12 +164,13 @@ fn a_child_that_cannot_join_its_full_parent_window_is_linked_from_the_current_on
     assert!(poll(&comm, t0, INTERVAL).is_empty());
     for _ in 0..4 {
         let op = proxy_op(&comm, c).unwrap();
-        assert_eq!(op.window, 0);
+        assert_eq!(op.window(), 0);
         comm.append(op, 5, Body::Stop);
     }
     let spilled = proxy_op(&comm, c).unwrap();
     assert_eq!(
-        spilled.window, 1,
+        spilled.window(),
+        1,
         "window 0's proxy lane is full: the child goes to the current window"
     );
     comm.append(spilled, 60, Body::Stop);
@@ -213,8 +211,8 @@ fn a_stop_racing_its_window_cycle_is_counted_late() {
         }
     }
     let reopened = coll(&comm, 50).unwrap();
-    assert_eq!(reopened.window, 0);
-    assert_ne!(reopened.epoch, c.epoch);
+    assert_eq!(reopened.window(), 0);
+    assert_ne!(reopened.epoch(), c.epoch());
     // The write behind `append` after its epoch check passed for `c`.
     comm.write(c, 9, Body::Stop);
     assert_eq!(comm.drop_counts().late, 1);
@@ -284,7 +282,7 @@ fn a_window_filled_to_the_trigger_switches_without_the_consumer() {
         .map(|i| {
             let h = coll(&comm, i).unwrap();
             comm.append(h, i + 1, Body::Stop);
-            h.window
+            h.window()
         })
         .collect();
     // Start and stop take two slots: the root that claims slot trigger - 1 switches.

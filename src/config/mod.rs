@@ -66,7 +66,7 @@ pub struct Config {
     pub v7_extensions: Option<bool>,
     /// [`WINDOW_CAPACITY`], default 100000, valid 1024..=[`MAX_LANE_SLOTS`].
     pub capacity: u32,
-    /// [`WINDOW_COUNT_TRIGGER`], default min(20000, capacity/2), valid 1..=capacity.
+    /// [`WINDOW_COUNT_TRIGGER`], default min(15000, capacity/2), valid 1..=capacity.
     pub count_trigger: u32,
     /// Export settings.
     pub export: Export,
@@ -221,7 +221,7 @@ impl Config {
         );
         let count_trigger = r.read(
             WINDOW_COUNT_TRIGGER,
-            20_000.min(capacity / 2),
+            15_000.min(capacity / 2),
             &format!("an integer in 1..={capacity} (the window capacity)"),
             |s| parse_u32_in(s, 1..=capacity),
             show_u32,

@@ -34,7 +34,7 @@ fn defaults() {
             kernel_ch_every: None,
             v7_extensions: None,
             capacity: 100_000,
-            count_trigger: 20_000,
+            count_trigger: 15_000,
             export: Export {
                 exporter: Exporter::Otlp,
                 protocol: Protocol::HttpProtobuf,
@@ -214,8 +214,9 @@ fn kernel_ch_every() {
 fn capacity_and_trigger() {
     for (vars, capacity, trigger) in [
         (&[(WINDOW_CAPACITY, "1024")][..], 1024, 512),
-        (&[(WINDOW_CAPACITY, "699048")][..], MAX_LANE_SLOTS, 20_000),
-        (&[(WINDOW_CAPACITY, "0x8000")][..], 32_768, 16_384),
+        (&[(WINDOW_CAPACITY, "699048")][..], MAX_LANE_SLOTS, 15_000),
+        (&[(WINDOW_CAPACITY, "0x8000")][..], 32_768, 15_000),
+        (&[(WINDOW_CAPACITY, "0x4000")][..], 16_384, 8_192),
         (&[(WINDOW_COUNT_TRIGGER, "1")][..], 100_000, 1),
         (&[(WINDOW_COUNT_TRIGGER, "100000")][..], 100_000, 100_000),
         (
@@ -242,7 +243,7 @@ fn capacity_and_trigger() {
         assert_rejected(WINDOW_CAPACITY, value, "100000");
     }
     for value in ["0", "100001", "-1", "4294967296", "inf", "x"] {
-        assert_rejected(WINDOW_COUNT_TRIGGER, value, "20000");
+        assert_rejected(WINDOW_COUNT_TRIGGER, value, "15000");
     }
 }
 

@@ -83,7 +83,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp]) else {
             return declined();
         };
-        let comm = live(owner, parent.comm)?;
+        let (id, comm) = live(owner, parent.comm_slot())?;
         let Some(step) = d.proxy_step() else {
             return declined(); // v1–v3: no bytes in their states
         };
@@ -91,13 +91,13 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             parent: parent.encode(),
             step,
         };
-        return comm.start(parent.comm, Kind::ProxyStep, Some(parent), UNTIMED, body);
+        return comm.start(id, Kind::ProxyStep, Some(parent), UNTIMED, body);
     }
     if ty == u64::from(ncclProfileKernelCh) {
         let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
             return declined();
         };
-        let comm = live(owner, parent.comm)?;
+        let (id, comm) = live(owner, parent.comm_slot())?;
         let Some((channel, gpu_start)) = d.kernel_ch() else {
             return declined(); // v3: no GPU time
         };
@@ -106,13 +106,13 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             channel,
             gpu_start,
         };
-        return comm.start(parent.comm, Kind::KernelCh, Some(parent), UNTIMED, body);
+        return comm.start(id, Kind::KernelCh, Some(parent), UNTIMED, body);
     }
     if ty == u64::from(ncclProfileKernelPhase) {
         let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh]) else {
             return declined();
         };
-        let comm = live(owner, parent.comm)?;
+        let (id, comm) = live(owner, parent.comm_slot())?;
         let Some((phase, gpu_start)) = d.kernel_phase() else {
             STATS.unknown_types.incr(); // a table without the member
             return None;
@@ -125,7 +125,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             phase,
             gpu_start,
         };
-        return comm.start(parent.comm, Kind::KernelPhase, Some(parent), UNTIMED, body);
+        return comm.start(id, Kind::KernelPhase, Some(parent), UNTIMED, body);
     }
     if ty & DECLINED_TYPES != 0 && ty.is_power_of_two() {
         return declined();
@@ -185,22 +185,15 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
 /// counted as declined.
 fn no_record(comm: CommId, kind: Kind, value: u32) -> u64 {
     STATS.declined.incr();
-    Handle {
-        comm,
-        window: 0,
-        epoch: 0,
-        kind,
-        slot: value,
-    }
-    .encode()
+    Handle::new(comm.slot, 0, 0, kind, value).encode()
 }
 
 /// `graphCaptured` of the API call whose handle is `parent` (v5+: the parent of Coll, P2p and
 /// CeColl); `None` for any other parent (before 2.28: the Group).
 fn api_graph(parent: u64) -> Option<bool> {
     match Handle::decode(parent)? {
-        h if h.kind == Kind::Api => Some(h.slot == 1),
-        h if h.kind == Kind::ApiCall => Some(false), // only calls outside a capture are recorded
+        h if h.kind() == Kind::Api => Some(h.slot() == 1),
+        h if h.kind() == Kind::ApiCall => Some(false), // only calls outside a capture are recorded
         _ => None,
     }
 }
@@ -208,7 +201,7 @@ fn api_graph(parent: u64) -> Option<bool> {
 /// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7),
 /// and a Claim when its parent is a recorded API call.
 fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
-    let api = Handle::decode(parent).is_some_and(|p| p.kind == Kind::ApiCall);
+    let api = Handle::decode(parent).is_some_and(|p| p.kind() == Kind::ApiCall);
     if (tag != 0 || api)
         && let Some(h) = Handle::decode(handle)
     {
@@ -237,17 +230,14 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]);
         // NCCL 2.23 gives a ProxyOp the context of the last op that shares its proxy arguments
         // (spec 8.2.1): on v1–v3 its parent names its communicator.
-        match parent
-            .filter(|_| D::LEGACY)
-            .and_then(|p| Some((p.comm, comm::get(p.comm)?)))
-        {
+        match parent.filter(|_| D::LEGACY).and_then(|p| comm::get_slot(p.comm_slot())) {
             Some((id, comm)) => {
                 owner.set(Some((id, comm)));
                 (id, comm, parent)
             }
             None => {
                 let (id, comm) = local(owner, context)?;
-                (id, comm, parent.filter(|p| p.comm == id))
+                (id, comm, parent.filter(|p| p.comm_slot() == id.slot))
             }
         }
     } else if op.is_send && !D::LEGACY {
@@ -307,25 +297,25 @@ pub(super) fn local(owner: &Owner, context: u64) -> Option<(CommId, &'static Com
     found
 }
 
-/// The live communicator `id`; counted as stale otherwise.
-fn live(owner: &Owner, id: CommId) -> Option<&'static Comm> {
-    let comm = comm::get(id);
-    match comm {
-        Some(c) => owner.set(Some((id, c))),
+/// The communicator live in registry slot `slot`, with its id; counted as stale otherwise.
+fn live(owner: &Owner, slot: u16) -> Option<(CommId, &'static Comm)> {
+    let found = comm::get_slot(slot);
+    match found {
+        Some(_) => owner.set(found),
         None => STATS.stale.incr(),
     }
-    comm
+    found
 }
 
 /// `parentObj` decoded as one of our handles of the given kinds; `None` for NULL or anything else.
 fn own_parent(parent: u64, kinds: &[Kind]) -> Option<Handle> {
-    Handle::decode(parent).filter(|h| kinds.contains(&h.kind))
+    Handle::decode(parent).filter(|h| kinds.contains(&h.kind()))
 }
 
 /// Our handle behind `eHandle` with its live communicator; counted when NULL or stale.
 fn event(owner: &Owner, handle: *mut c_void) -> Option<(Handle, &'static Comm)> {
     let h = decode(handle)?;
-    Some((h, live(owner, h.comm)?))
+    Some((h, live(owner, h.comm_slot())?.1))
 }
 
 /// `eHandle` decoded as one of our handles (not yet checked live); counted when NULL or invalid.
@@ -352,19 +342,19 @@ thread_local! {
 /// Whether this is the first SendPeerWait of step `h` on this thread (no shared write).
 fn first_peer_wait(h: Handle) -> bool {
     let id = h.encode();
-    PEER_WAITED.with(|seen| seen.get(h.slot as usize % 64).is_some_and(|c| c.replace(id) != id))
+    PEER_WAITED.with(|seen| seen.get(h.slot() as usize % 64).is_some_and(|c| c.replace(id) != id))
 }
 
 pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t {
     // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
     // clock before anything else so the time is the callback's.
-    let timed =
-        Handle::decode(handle as u64).is_some_and(|h| matches!(h.kind, Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
+    let timed = Handle::decode(handle as u64)
+        .is_some_and(|h| matches!(h.kind(), Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
         // Group and API events are not stopped in records; a KernelPhase ends with its
         // KernelPhaseStop.
-        let unstopped = |h: &Handle| matches!(h.kind, Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase);
+        let unstopped = |h: &Handle| matches!(h.kind(), Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase);
         if let Some((h, comm)) = event(owner, handle).filter(|(h, _)| !unstopped(h)) {
             comm.append(h, ts, Body::Stop);
         }
@@ -385,7 +375,7 @@ pub(super) fn record_event_state<A: StateArgs>(
     abi: u8,
 ) {
     let Some(h) = decode(handle) else { return };
-    let (ts, body) = match (h.kind, state) {
+    let (ts, body) = match (h.kind(), state) {
         (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendPeerWait_v4 => {
             if !first_peer_wait(h) {
                 return;
@@ -422,7 +412,9 @@ pub(super) fn record_event_state<A: StateArgs>(
             return;
         }
     };
-    let Some(comm) = live(owner, h.comm) else { return };
+    let Some((_, comm)) = live(owner, h.comm_slot()) else {
+        return;
+    };
     match body {
         Some(body) => comm.append(h, ts, body),
         None => STATS.null_args.incr(),

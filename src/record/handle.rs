@@ -1,24 +1,30 @@
 //! What we hand NCCL as `eHandle` and as the communicator `context`: plain integers, never pointers.
 //!
-//! A handle packs (communicator slot, generation, window, window epoch, event kind, record slot).
-//! Decoding checks every field's range; the caller then checks the generation and epoch against
-//! live state, so a stale, recycled or foreign value is rejected without touching freed memory
-//! (spec 4.1, 4.2). Called on: every NCCL thread; pure bit arithmetic.
+//! A handle packs (communicator slot, window, window epoch, event kind, record slot). Decoding
+//! checks every field's range; the caller then checks that the slot is live and the epoch is its
+//! window's, so a stale, recycled or foreign value is rejected without touching freed memory
+//! (spec 4.1, 4.2). A handle needs no generation: a slot's windows outlive its communicators and
+//! their epochs only grow, so a handle of an earlier communicator in the slot names an epoch its
+//! window has left. Its 24 epoch bits wrap after 16.7 M cycles of one window: at a million
+//! records a second and the default count trigger, a window cycles about 17 times a second, so a
+//! stale handle could alias only after some 11 days. Called on: every NCCL thread; pure bit
+//! arithmetic.
 //!
 //! | bits  | field          |
 //! |-------|----------------|
 //! | 0–20  | record slot    |
 //! | 21–23 | kind (1–10), low bits |
-//! | 24–35 | window epoch (low 12 bits) |
-//! | 36–37 | window index   |
-//! | 38–49 | comm generation (1–4095) |
+//! | 24–47 | window epoch (low 24 bits) |
+//! | 48–49 | window index   |
 //! | 50–61 | comm slot      |
 //! | 62    | kind, high bit |
+//! | 63    | 1: a handle (never NULL, never a context) |
 //!
-//! A context packs (comm slot, generation) the same way, a tag of this process (bits 22–37,
-//! random per process) and the low 22 bits of the communicator hash, so a PXN op from another
-//! process can be matched to our own communicator with that hash, and is never taken for ours even
-//! when its process has our PID (containers in other PID namespaces sharing the node).
+//! A context packs (comm slot, generation: bits 38–49, 1–4095) the same way, a tag of this process
+//! (bits 22–37, random per process) and the low 22 bits of the communicator hash, so a PXN op from
+//! another process can be matched to our own communicator with that hash, and is never taken for
+//! ours even when its process has our PID (containers in other PID namespaces sharing the node).
+//! Its bits 62–63 are 0.
 #![forbid(unsafe_code)]
 
 use std::sync::OnceLock;
@@ -35,12 +41,13 @@ pub const MAX_COMMS: usize = 1 << 12;
 /// Generations cycle through 1..=GEN_MASK (0 is never valid, so handles are never NULL).
 pub const GEN_MASK: u32 = (1 << 12) - 1;
 /// Mask of the epoch bits a handle keeps.
-pub const EPOCH_MASK: u32 = (1 << 12) - 1;
+pub const EPOCH_MASK: u32 = (1 << 24) - 1;
 
 const SLOT_BITS: u32 = 21;
 const KIND_SHIFT: u32 = 21;
 const EPOCH_SHIFT: u32 = 24;
-const WINDOW_SHIFT: u32 = 36;
+const WINDOW_SHIFT: u32 = 48;
+/// Where a context's generation goes.
 const GEN_SHIFT: u32 = 38;
 const COMM_SHIFT: u32 = 50;
 const HASH_BITS: u32 = 22;
@@ -48,6 +55,8 @@ const HASH_BITS: u32 = 22;
 const PROCESS_SHIFT: u32 = HASH_BITS;
 /// Where the kind's high bit (of [`Kind::KernelPhase`]) goes.
 const KIND_HIGH_SHIFT: u32 = 62;
+/// Set in every handle, clear in every context.
+const HANDLE_BIT: u64 = 1 << 63;
 
 /// Event kinds we hand out handles for.
 #[repr(u8)]
@@ -118,43 +127,73 @@ pub struct CommId {
     pub generation: u16,
 }
 
-/// A decoded event handle.
+/// One of our event handles, checked: the integer NCCL stores, whose fields are read on demand
+/// (a callback reads only those it needs; re-encoding is free).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Handle {
-    /// Communicator the event belongs to.
-    pub comm: CommId,
-    /// Window the event's records go to.
-    pub window: u8,
-    /// Low bits of that window's epoch when the event started.
-    pub epoch: u32,
-    /// Event kind.
-    pub kind: Kind,
-    /// Slot of the event's start record.
-    pub slot: u32,
+    raw: u64,
+    kind: Kind,
 }
 
 impl Handle {
-    /// Packs into the non-zero integer NCCL stores.
-    pub fn encode(self) -> u64 {
-        u64::from(self.slot & MAX_SLOTS)
-            | (self.kind as u64 & 7) << KIND_SHIFT
-            | (self.kind as u64 >> 3) << KIND_HIGH_SHIFT
-            | u64::from(self.epoch & EPOCH_MASK) << EPOCH_SHIFT
-            | u64::from(self.window & 3) << WINDOW_SHIFT
-            | comm_bits(self.comm)
+    /// The handle of an event of `kind` whose start record is in `slot` of window `window` of
+    /// the communicator in registry slot `comm_slot`, at that window's `epoch` (low bits kept).
+    #[inline(always)]
+    pub fn new(comm_slot: u16, window: u8, epoch: u32, kind: Kind, slot: u32) -> Handle {
+        let raw = u64::from(slot & MAX_SLOTS)
+            | (kind as u64 & 7) << KIND_SHIFT
+            | (kind as u64 >> 3) << KIND_HIGH_SHIFT
+            | u64::from(epoch & EPOCH_MASK) << EPOCH_SHIFT
+            | u64::from(window & 3) << WINDOW_SHIFT
+            | slot_bits(comm_slot)
+            | HANDLE_BIT;
+        Handle { raw, kind }
     }
 
-    /// Unpacks a value NCCL gave back; `None` when it cannot be one of ours.
+    /// The non-zero integer NCCL stores.
+    #[inline(always)]
+    pub fn encode(self) -> u64 {
+        self.raw
+    }
+
+    /// Checks a value NCCL gave back; `None` when it cannot be one of ours.
+    #[inline(always)]
     pub fn decode(value: u64) -> Option<Handle> {
-        let comm = comm_from_bits(value)?;
-        let kind = Kind::from_bits(value >> KIND_SHIFT & 7 | (value >> KIND_HIGH_SHIFT) << 3)?;
-        Some(Handle {
-            comm,
-            window: (value >> WINDOW_SHIFT & 3) as u8,
-            epoch: (value >> EPOCH_SHIFT) as u32 & EPOCH_MASK,
-            kind,
-            slot: (value & u64::from(MAX_SLOTS)) as u32,
-        })
+        if value & HANDLE_BIT == 0 {
+            return None;
+        }
+        let kind = Kind::from_bits(value >> KIND_SHIFT & 7 | (value >> KIND_HIGH_SHIFT & 1) << 3)?;
+        Some(Handle { raw: value, kind })
+    }
+
+    /// Registry slot of the communicator the event belongs to, `< MAX_COMMS`.
+    #[inline(always)]
+    pub fn comm_slot(self) -> u16 {
+        (self.raw >> COMM_SHIFT) as u16 & (MAX_COMMS as u16 - 1)
+    }
+
+    /// Window the event's records go to.
+    #[inline(always)]
+    pub fn window(self) -> u8 {
+        (self.raw >> WINDOW_SHIFT & 3) as u8
+    }
+
+    /// Low bits ([`EPOCH_MASK`]) of that window's epoch when the event started.
+    #[inline(always)]
+    pub fn epoch(self) -> u32 {
+        (self.raw >> EPOCH_SHIFT) as u32 & EPOCH_MASK
+    }
+
+    /// Event kind.
+    #[inline(always)]
+    pub fn kind(self) -> Kind {
+        self.kind
+    }
+
+    /// Slot of the event's start record (or, for Group and API handles, their value).
+    #[inline(always)]
+    pub fn slot(self) -> u32 {
+        (self.raw & u64::from(MAX_SLOTS)) as u32
     }
 }
 
@@ -220,9 +259,12 @@ impl Context {
     }
 }
 
+fn slot_bits(slot: u16) -> u64 {
+    (slot as u64 & (MAX_COMMS as u64 - 1)) << COMM_SHIFT
+}
+
 fn comm_bits(comm: CommId) -> u64 {
-    u64::from(comm.generation as u32 & GEN_MASK) << GEN_SHIFT
-        | (comm.slot as u64 & (MAX_COMMS as u64 - 1)) << COMM_SHIFT
+    u64::from(comm.generation as u32 & GEN_MASK) << GEN_SHIFT | slot_bits(comm.slot)
 }
 
 fn comm_from_bits(value: u64) -> Option<CommId> {
@@ -233,7 +275,14 @@ fn comm_from_bits(value: u64) -> Option<CommId> {
     })
 }
 
-const _: () = assert!(SLOT_BITS == KIND_SHIFT && COMM_SHIFT + 12 == 62 && PROCESS_SHIFT + 16 == GEN_SHIFT);
+const _: () = assert!(
+    SLOT_BITS == KIND_SHIFT
+        && EPOCH_SHIFT + EPOCH_MASK.count_ones() == WINDOW_SHIFT
+        && WINDOW_SHIFT + 2 == COMM_SHIFT
+        && COMM_SHIFT + 12 == KIND_HIGH_SHIFT
+        && PROCESS_SHIFT + 16 == GEN_SHIFT
+        && GEN_SHIFT + 12 == COMM_SHIFT
+);
 
 #[cfg(test)]
 mod tests {
@@ -246,12 +295,15 @@ mod tests {
 
     proptest! {
         #[test]
-        fn handle_round_trips(slot in 0u16..4096, generation in 1u16..4096, window in 0u8..4,
-                              epoch in any::<u32>(), k in any::<u8>(), rec in 0..=MAX_SLOTS) {
-            let h = Handle { comm: CommId { slot, generation }, window, epoch: epoch & EPOCH_MASK, kind: kind(k), slot: rec };
+        fn handle_round_trips(comm_slot in 0u16..4096, window in 0u8..4, epoch in any::<u32>(),
+                              k in any::<u8>(), rec in 0..=MAX_SLOTS) {
+            let h = Handle::new(comm_slot, window, epoch, kind(k), rec);
             let v = h.encode();
             prop_assert_ne!(v, 0);
             prop_assert_eq!(Handle::decode(v), Some(h));
+            let fields = (h.comm_slot(), h.window(), h.epoch(), h.kind(), h.slot());
+            prop_assert_eq!(fields, (comm_slot, window, epoch & EPOCH_MASK, kind(k), rec));
+            prop_assert_eq!(Context::decode(v), None);
         }
 
         #[test]
@@ -261,6 +313,7 @@ mod tests {
             prop_assert!(c.is_ours());
             prop_assert_ne!(c.encode(), 0);
             prop_assert_eq!(Context::decode(c.encode()), Some(c));
+            prop_assert_eq!(Handle::decode(c.encode()), None);
             let other = Context { process, ..c };
             prop_assert_eq!(Context::decode(other.encode()), Some(other));
             prop_assert_eq!(other.is_ours(), process == process_tag());
@@ -274,20 +327,16 @@ mod tests {
     }
 
     #[test]
-    fn rejects_zero_generation_unknown_kind_and_high_bits() {
+    fn rejects_unmarked_handles_unknown_kinds_and_zero_generations() {
         assert_eq!(Handle::decode(0), None);
         assert_eq!(Context::decode(0), None);
-        let h = Handle {
-            comm: CommId { slot: 1, generation: 1 },
-            window: 0,
-            epoch: 0,
-            kind: Kind::Coll,
-            slot: 0,
-        };
+        let h = Handle::new(1, 0, 0, Kind::Coll, 0);
         assert_eq!(Handle::decode(h.encode() & !(7 << KIND_SHIFT)), None);
-        assert_eq!(Handle::decode(h.encode() | 1 << 63), None);
-        let p2p = Handle { kind: Kind::P2p, ..h }.encode();
+        assert_eq!(Handle::decode(h.encode() & !HANDLE_BIT), None);
+        let p2p = Handle::new(1, 0, 0, Kind::P2p, 0).encode();
         assert_eq!(Handle::decode(p2p | 1 << 62), None, "kind 11 does not exist");
-        assert_eq!(Context::decode(h.encode() | 1 << 62), None);
+        let ctx = Context::new(CommId { slot: 1, generation: 1 }, 7).encode();
+        assert_eq!(Context::decode(ctx & !(u64::from(GEN_MASK) << GEN_SHIFT)), None);
+        assert_eq!(Context::decode(ctx | 1 << 62), None);
     }
 }

@@ -67,7 +67,8 @@ use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-/// Never a valid handle or context (generation bits 0): shows whether the plugin wrote the slot.
+/// Never a valid handle (bit 63 clear) or context (generation bits 0): shows whether the plugin
+/// wrote the slot.
 const SENTINEL: u64 = 0xBAD0_BAD0;
 /// Communicator hashes; entries `i` and `i + 3` share one (one process driving several GPUs has
 /// several communicators with the same hash), so PXN matching has a choice to make.
@@ -236,14 +237,15 @@ impl Garbage {
     }
 }
 
-/// A value that is never one of ours (no valid generation, or bits above 61 set).
+/// A value that is never one of ours: not a handle (bit 63 clear, or no valid kind) nor a context
+/// (no valid generation, or bit 62 or 63 set).
 fn invalid_value(input: &mut Input<'_>) -> u64 {
-    let v = input.u64();
+    let v = input.u64() & !(1 << 63);
     match input.u8() % 5 {
         0 => v & 0xFFFF_FFFF,                  // small integer: generation bits are 0
-        1 => v | 1 << 63,                      // high bit set
+        1 => v | 1 << 62,                      // bit 62 without bit 63
         2 => v & !(u64::from(GEN_MASK) << 38), // generation cleared
-        3 => u64::MAX,                         // all ones
+        3 => u64::MAX,                         // all ones: kind 15
         _ => 1,                                // tiny non-NULL
     }
 }
@@ -405,7 +407,7 @@ thread_local! {
 /// ignores it), as the plugin decides it.
 fn repeated_peer_wait(h: Handle) -> bool {
     let id = h.encode();
-    PEER_WAITED.with(|seen| seen[h.slot as usize % 64].replace(id) == id)
+    PEER_WAITED.with(|seen| seen[h.slot() as usize % 64].replace(id) == id)
 }
 
 /// Whether a v1–v3 send op's state with args (`steps`) is silently ignored: all but
@@ -885,13 +887,14 @@ impl Run {
 
     /// The entry whose live communicator `value` (a handle or context) names, if any.
     fn entry_of(guards: &Guards<'_>, value: u64) -> Option<usize> {
-        // A handle's kind may use bit 62, which no context has.
-        let comm = Handle::decode(value)
-            .map(|h| h.comm)
-            .or_else(|| Context::decode(value).map(|c| c.comm))?;
+        // A handle has bit 63 set, which no context has.
+        let live = |c: Context| match Handle::decode(value) {
+            Some(h) => c.comm.slot == h.comm_slot(),
+            None => Context::decode(value).is_some_and(|v| v.comm == c.comm),
+        };
         guards
             .iter()
-            .find(|(_, s)| s.live.and_then(Context::decode).is_some_and(|c| c.comm == comm))
+            .find(|(_, s)| s.live.and_then(Context::decode).is_some_and(live))
             .map(|(e, _)| *e)
     }
 
@@ -949,27 +952,29 @@ impl Run {
         if h != 0 {
             let decoded = Handle::decode(h).expect("a handle we were given decodes");
             // A receive ProxyOp gets a kind of its own.
-            let kind = Some(decoded.kind).map(|k| if k == Kind::RecvOp { Kind::ProxyOp } else { k });
+            let kind = Some(decoded.kind()).map(|k| if k == Kind::RecvOp { Kind::ProxyOp } else { k });
             let api = ty == Some(COLL_API) && matches!(kind, Some(Kind::Api | Kind::ApiCall));
             assert!(
                 api || kind == ty.and_then(kind_of),
                 "handle kind {kind:?} matches the event type {ty:?}"
             );
             assert!(
-                comm::get(decoded.comm).is_some(),
+                comm::get_slot(decoded.comm_slot()).is_some(),
                 "a new handle names a live communicator"
             );
-            if matches!(decoded.kind, Kind::Group | Kind::Api) {
+            if matches!(decoded.kind(), Kind::Group | Kind::Api) {
                 self.tally.group_handles.fetch_add(1, Relaxed);
             } else {
                 self.tally.recorded_starts.fetch_add(1, Relaxed);
             }
-            if self.abi.legacy() && decoded.kind == Kind::RecvOp {
+            if self.abi.legacy() && decoded.kind() == Kind::RecvOp {
                 self.tally.added.fetch_add(1, Relaxed);
             }
             // A Coll or P2p under a recorded API call claims it with a record of its own.
-            let claims = parent.and_then(Handle::decode).is_some_and(|p| p.kind == Kind::ApiCall);
-            if claims && matches!(decoded.kind, Kind::Coll | Kind::P2p) {
+            let claims = parent
+                .and_then(Handle::decode)
+                .is_some_and(|p| p.kind() == Kind::ApiCall);
+            if claims && matches!(decoded.kind(), Kind::Coll | Kind::P2p) {
                 self.tally.added.fetch_add(1, Relaxed);
             }
         }
@@ -980,7 +985,7 @@ impl Run {
         self.call();
         // v1–v3: `transSize` is the value, `steps` its high half.
         let steps = (args.unwrap_or(0) >> 32) as i32;
-        let ignored = |h: Handle| match h.kind {
+        let ignored = |h: Handle| match h.kind() {
             Kind::ProxyOp if self.abi.legacy() && state <= 7 => {
                 args.is_some() && legacy_op_state_ignored(self.abi, state, steps)
             }
@@ -1014,8 +1019,8 @@ impl Run {
     fn raw_stop(&self, handle: u64) {
         self.call();
         if Handle::decode(handle)
-            .filter(|h| comm::get(h.comm).is_some())
-            .is_some_and(|h| matches!(h.kind, Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase))
+            .filter(|h| comm::get_slot(h.comm_slot()).is_some())
+            .is_some_and(|h| matches!(h.kind(), Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase))
         {
             self.tally.silent.fetch_add(1, Relaxed);
         }
@@ -1177,7 +1182,7 @@ impl Run {
             (Some(&mut d), Some(&mut w))
         };
         let h = self.raw_start_in(context, d, w, Some(ty), null_handle);
-        if let Some(kind) = Handle::decode(h).map(|h| h.kind) {
+        if let Some(kind) = Handle::decode(h).map(|h| h.kind()) {
             let entry = Self::entry_of(&guards, h).expect("a new handle belongs to a locked entry");
             self.remember(h, entry, kind);
         }
@@ -1253,7 +1258,7 @@ impl Run {
             d.parentObj = parent as *mut c_void;
             fill_fields(&mut d, ty, fields, wide);
             let h = self.raw_start(ctx, Some(&mut d), false);
-            if let Some(kind) = Handle::decode(h).map(|h| h.kind) {
+            if let Some(kind) = Handle::decode(h).map(|h| h.kind()) {
                 // PXN ops land on any live entry with the same hash.
                 let entry = Self::entry_of(&guards, h).expect("a new handle belongs to a locked entry");
                 self.remember(h, entry, kind);

@@ -326,13 +326,13 @@ impl<'a> Pass<'a> {
     /// Slot of the start record of the event `handle`, if that event is in this window.
     fn slot_of(&self, handle: u64) -> Option<usize> {
         let h = Handle::decode(handle)?;
-        let slot = self.lanes.index(h.slot)?;
+        let slot = self.lanes.index(h.slot())?;
         let start = self.records.get(slot)?;
-        let ours = h.comm == self.window.comm
-            && h.window == self.window.window
-            && h.epoch == self.epoch
+        let ours = h.comm_slot() == self.window.comm.slot
+            && h.window() == self.window.window
+            && h.epoch() == self.epoch
             && start.id == handle
-            && start_kind(&start.body) == Some(h.kind);
+            && start_kind(&start.body) == Some(h.kind());
         ours.then_some(slot)
     }
 
@@ -348,7 +348,7 @@ impl<'a> Pass<'a> {
             return RootRef::Held(handle);
         }
         let ours = Handle::decode(handle)
-            .is_some_and(|h| h.comm == self.window.comm && matches!(h.kind, Kind::Coll | Kind::P2p));
+            .is_some_and(|h| h.comm_slot() == self.window.comm.slot && matches!(h.kind(), Kind::Coll | Kind::P2p));
         if ours { RootRef::Pending(handle) } else { RootRef::None }
     }
 
@@ -758,7 +758,7 @@ mod tests {
     const WIN: WindowId = WindowId {
         comm: COMM,
         window: 1,
-        epoch: 0x2005,
+        epoch: 0x100_0005,
     };
     /// A power of two, so every expected value below is exact.
     const SPT: f64 = 1.0 / 1024.0;
@@ -774,14 +774,7 @@ mod tests {
     }
 
     fn handle(window: u8, epoch: u32, kind: Kind, slot: usize) -> u64 {
-        Handle {
-            comm: COMM,
-            window,
-            epoch: epoch & EPOCH_MASK,
-            kind,
-            slot: slot as u32,
-        }
-        .encode()
+        Handle::new(COMM.slot, window, epoch, kind, slot as u32).encode()
     }
 
     /// Builds one window's record slice; start records get handles minted for their own slot.
@@ -1281,7 +1274,7 @@ mod tests {
     const WIN2: WindowId = WindowId {
         comm: COMM,
         window: 2,
-        epoch: 0x2009,
+        epoch: 0x100_0009,
     };
 
     /// An AllReduce whose one op stopped at tick 100, processed through `open` at `t0`: held.
@@ -1534,8 +1527,8 @@ mod tests {
         let op = w.op(2, c, 0, 1, 0);
         w.stop(op, 10);
         w.stop(op, 90); // double stop: the first one counts
-        let mut other_comm = Handle::decode(op).unwrap();
-        other_comm.comm.slot = 4;
+        let h = Handle::decode(op).unwrap();
+        let other_comm = Handle::new(4, h.window(), h.epoch(), h.kind(), h.slot());
         w.stop(other_comm.encode(), 95);
         w.stop(handle(WIN.window, WIN.epoch, Kind::ProxyOp, 99), 96); // slot out of range
         w.rec(op, 97, Body::SendWait { bytes: 8 }); // SendWait is for steps only
