@@ -154,6 +154,8 @@ fn faulty_collector_never_harms_the_job() {
     let lines = export_log_lines(log_from);
     let intervals = faults_start.elapsed().as_secs_f64() / 0.2;
     assert!(!lines.is_empty(), "export failures were not logged");
+    // The HTTP client's cause, not only the exporter's "network error".
+    assert!(lines.iter().any(|l| l.contains("Connection refused")), "{lines:?}");
     assert!(
         lines.len() as f64 <= intervals + 1.0,
         "{} lines in {intervals} intervals",

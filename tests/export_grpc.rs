@@ -37,6 +37,7 @@ fn workload_arrives_over_grpc() {
     sx::check_catalogue(&reqs);
     assert_eq!(resource(&reqs)["service.name"], "trainer");
     assert!(rx.seen().iter().all(|(ct, _)| ct == "application/grpc"));
+    assert!(rx.encodings().iter().all(|e| e == "gzip"), "{:?}", rx.encodings());
     assert_eq!(export::stats().failures, 0);
 
     // UNAVAILABLE: counted; healthy again: data resumes.

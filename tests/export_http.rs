@@ -67,6 +67,11 @@ fn workload_arrives_with_the_documented_catalogue() {
     // bypassed).
     assert_eq!(rx.undecodable(), 0);
     sx::assert_protobuf_to_v1_metrics(&rx);
+    assert!(
+        rx.encodings().iter().all(|e| e == "gzip"),
+        "gzip by default: {:?}",
+        rx.encodings()
+    );
     assert_eq!(
         nccl_profiler_otel::export::stats().failures,
         0,
@@ -93,6 +98,10 @@ fn workload_arrives_with_the_documented_catalogue() {
     assert_eq!(res["service.name"], "nccl");
     assert_eq!(res["process.pid"], std::process::id().to_string());
     assert_eq!(res["host.name"], nccl_profiler_otel::export::host_name());
+    assert_eq!(
+        res["service.instance.id"],
+        format!("{}:{}", res["host.name"], res["process.pid"])
+    );
     assert_eq!(res["slurm.job.id"], "4242");
     assert_eq!(res["job.rank"], "3");
     assert_eq!(res["job.local_rank"], "1");
@@ -130,6 +139,7 @@ fn http_json_protocol() {
         .env(CHILD, "json")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint())
+        .env("OTEL_EXPORTER_OTLP_COMPRESSION", "none")
         // The other test of this binary may have set ours, which would win.
         .env_remove("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")
@@ -153,6 +163,7 @@ fn http_json_protocol() {
         "{:?}",
         rx.seen()
     );
+    assert!(rx.encodings().iter().all(String::is_empty), "{:?}", rx.encodings());
 }
 
 #[test]

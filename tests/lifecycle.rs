@@ -40,7 +40,7 @@ enum Kind {
     /// `k=v,…` list whose values are secrets (never echoed).
     SecretPairs,
     Pairs,
-    /// A file path pattern (`%h`, `%p`, `%%`).
+    /// A file path pattern (`%h`, `%p`, `%r`, `%j`, `%%`).
     PathPattern,
     /// Any string is valid.
     Free,
@@ -76,6 +76,10 @@ const VARS: &[(&str, Kind, Option<&str>)] = &[
     (config::otel::TEMPORALITY, Kind::Word, Some("sometimes")),
     (config::otel::RESOURCE_ATTRIBUTES, Kind::Pairs, Some("a b=c")),
     (config::otel::SERVICE_NAME, Kind::Free, None),
+    (config::otel::COMPRESSION, Kind::Word, Some("zstd")),
+    (config::otel::METRICS_COMPRESSION, Kind::Word, Some("deflate")),
+    (config::otel::METRIC_EXPORT_INTERVAL, Kind::Number, Some("5s")),
+    (config::otel::SDK_DISABLED, Kind::Bool, Some("disabled")),
 ];
 
 /// Values no variable of a kind accepts (except [`Kind::PathPattern`] and [`Kind::Free`]):

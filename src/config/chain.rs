@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use super::parse::{
-    overlay, parse_endpoint, parse_exporter, parse_file_pattern, parse_millis, parse_protocol, parse_temporality,
-    parse_u32_in, show_exporter, show_millis, show_protocol, show_temporality, show_u32,
+    BOOL, overlay, parse_bool, parse_compression, parse_endpoint, parse_exporter, parse_file_pattern, parse_millis,
+    parse_protocol, parse_temporality, parse_u32_in, show_bool, show_compression, show_exporter, show_millis,
+    show_protocol, show_temporality, show_u32,
 };
 #[cfg(feature = "tls")]
 use super::parse::{read_ca_file, show_ca_file};
@@ -17,14 +18,15 @@ use super::vars::{
     CARDINALITY_LIMIT, DEFAULT_EXPORT_FILE, DEFAULT_SERVICE_NAME, EXPORT_FILE, EXPORT_QUEUE, EXPORTER, LAUNCHER,
     TELEMETRY_BATCH_TIMEOUT_MS, TELEMETRY_ENDPOINT, otel,
 };
-use super::{Export, Exporter, Protocol, Temporality};
+use super::{Compression, Export, Exporter, Protocol, Temporality};
 
 impl<L: Fn(&str) -> Option<String>> Reader<L> {
     /// Every export setting.
     pub(super) fn export(&mut self) -> Export {
+        let disabled = self.read(otel::SDK_DISABLED, false, BOOL, parse_bool, show_bool);
         let exporter = self.read(
             EXPORTER,
-            Exporter::Otlp,
+            if disabled { Exporter::None } else { Exporter::Otlp },
             "otlp, file, stdout or none",
             parse_exporter,
             show_exporter,
@@ -65,10 +67,28 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         let endpoint = self.read_owned(TELEMETRY_ENDPOINT, endpoint, urls, base, Clone::clone);
 
         let millis = "an integer number of milliseconds in 1..=60000";
+        let parse = |s: &str| parse_millis(s, 1..=60_000);
         let timeout = Duration::from_millis(3000);
-        let timeout = self.read(otel::TIMEOUT, timeout, millis, parse_millis, show_millis);
-        let timeout = self.read(otel::METRICS_TIMEOUT, timeout, millis, parse_millis, show_millis);
-        let timeout = self.read(TELEMETRY_BATCH_TIMEOUT_MS, timeout, millis, parse_millis, show_millis);
+        let timeout = self.read(otel::TIMEOUT, timeout, millis, parse, show_millis);
+        let timeout = self.read(otel::METRICS_TIMEOUT, timeout, millis, parse, show_millis);
+        let timeout = self.read(TELEMETRY_BATCH_TIMEOUT_MS, timeout, millis, parse, show_millis);
+
+        let gzip_or_none = "gzip or none";
+        let compression = Compression::Gzip;
+        let compression = self.read(
+            otel::COMPRESSION,
+            compression,
+            gzip_or_none,
+            parse_compression,
+            show_compression,
+        );
+        let compression = self.read(
+            otel::METRICS_COMPRESSION,
+            compression,
+            gzip_or_none,
+            parse_compression,
+            show_compression,
+        );
 
         let headers = overlay(
             self.read_pairs(otel::HEADERS, true),
@@ -93,7 +113,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         let file = self.read_owned(
             EXPORT_FILE,
             DEFAULT_EXPORT_FILE.to_owned(),
-            "a path whose only % sequences are %h, %p and %%",
+            "a path whose only % sequences are %h, %p, %r, %j and %%",
             parse_file_pattern,
             Clone::clone,
         );
@@ -138,6 +158,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
             endpoint,
             timeout,
             headers,
+            compression,
             temporality,
             file,
             queue,

@@ -38,9 +38,9 @@ use parking_lot::Mutex;
 use crate::aggregate::regression::Mode;
 use crate::record::handle::MAX_LANE_SLOTS;
 use parse::{
-    BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_secs_in, parse_u32_in, show_auto_bool,
-    show_bool, show_every, show_exporter, show_mask, show_millis, show_mode, show_protocol, show_secs,
-    show_temporality, show_u32,
+    BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_millis, parse_secs_in, parse_u32_in,
+    show_auto_bool, show_bool, show_compression, show_every, show_exporter, show_mask, show_millis, show_mode,
+    show_protocol, show_secs, show_temporality, show_u32,
 };
 use reader::Reader;
 
@@ -51,7 +51,8 @@ pub struct Config {
     pub enable: bool,
     /// [`TELEMETRY_ENABLE`], default `true`.
     pub telemetry_enable: bool,
-    /// [`TELEMETRY_INTERVAL_SEC`], default 5 s, valid 0.01..=3600 s.
+    /// [`TELEMETRY_INTERVAL_SEC`], [`otel::METRIC_EXPORT_INTERVAL`], default 5 s, valid
+    /// 0.01..=3600 s.
     pub interval: Duration,
     /// [`HANG_THRESHOLD_SEC`], default 30 s, valid 0.1..=86400 s.
     pub hang_threshold: Duration,
@@ -96,6 +97,15 @@ pub enum Protocol {
     Grpc,
 }
 
+/// Compression of OTLP request bodies ([`otel::COMPRESSION`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// gzip (`Content-Encoding: gzip`, gRPC `grpc-encoding: gzip`).
+    Gzip,
+    /// Uncompressed.
+    None,
+}
+
 /// Aggregation temporality preference ([`otel::TEMPORALITY`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Temporality {
@@ -110,7 +120,8 @@ pub enum Temporality {
 /// Export settings, each resolved from our variable, then the standard ones, then the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Export {
-    /// [`EXPORTER`], default [`Exporter::Otlp`].
+    /// [`EXPORTER`], default [`Exporter::Otlp`] ([`Exporter::None`] when
+    /// [`otel::SDK_DISABLED`] is true).
     pub exporter: Exporter,
     /// [`otel::METRICS_PROTOCOL`], [`otel::PROTOCOL`], default [`Protocol::HttpProtobuf`].
     pub protocol: Protocol,
@@ -122,6 +133,8 @@ pub struct Export {
     pub timeout: Duration,
     /// [`otel::HEADERS`] overlaid with [`otel::METRICS_HEADERS`], sorted by key.
     pub headers: Vec<(String, String)>,
+    /// [`otel::METRICS_COMPRESSION`], [`otel::COMPRESSION`], default [`Compression::Gzip`].
+    pub compression: Compression,
     /// [`otel::TEMPORALITY`], default [`Temporality::Cumulative`].
     pub temporality: Temporality,
     /// [`EXPORT_FILE`], default [`DEFAULT_EXPORT_FILE`].
@@ -177,8 +190,15 @@ impl Config {
         let enable = r.read(ENABLE, true, BOOL, parse_bool, show_bool);
         let telemetry_enable = r.read(TELEMETRY_ENABLE, true, BOOL, parse_bool, show_bool);
         let interval = r.read(
-            TELEMETRY_INTERVAL_SEC,
+            otel::METRIC_EXPORT_INTERVAL,
             Duration::from_secs(5),
+            "an integer number of milliseconds in 10..=3600000",
+            |s| parse_millis(s, 10..=3_600_000),
+            show_millis,
+        );
+        let interval = r.read(
+            TELEMETRY_INTERVAL_SEC,
+            interval,
             "a number of seconds in 0.01..=3600",
             |s| parse_secs_in(s, 0.01..=3600.0),
             show_secs,
@@ -298,6 +318,7 @@ impl Config {
         let mut line = format!("nccl-profiler-otel {}:", env!("CARGO_PKG_VERSION"));
         let standard = [
             (otel::METRICS_PROTOCOL, show_protocol(e.protocol)),
+            (otel::METRICS_COMPRESSION, show_compression(e.compression)),
             (otel::TEMPORALITY, show_temporality(e.temporality)),
             (otel::SERVICE_NAME, e.service_name.clone()),
         ];

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 #[cfg(feature = "tls")]
 use super::CaFile;
-use super::{Exporter, Protocol, Temporality};
+use super::{Compression, Exporter, Protocol, Temporality};
 use crate::aggregate::regression::Mode;
 
 /// Highest event bit NCCL defines (CeBatch, spec 2.2); masks with higher bits are rejected.
@@ -110,10 +110,19 @@ pub(super) fn parse_temporality(s: &str) -> Option<Temporality> {
     }
 }
 
-/// Whole milliseconds in 1..=60000.
-pub(super) fn parse_millis(s: &str) -> Option<Duration> {
+/// An integer number of milliseconds within `valid`.
+pub(super) fn parse_millis(s: &str, valid: std::ops::RangeInclusive<u64>) -> Option<Duration> {
     let ms = parse_uint(s)?;
-    (1..=60_000).contains(&ms).then(|| Duration::from_millis(ms))
+    valid.contains(&ms).then(|| Duration::from_millis(ms))
+}
+
+/// `gzip` or `none`, any case.
+pub(super) fn parse_compression(s: &str) -> Option<Compression> {
+    match s.to_ascii_lowercase().as_str() {
+        "gzip" => Some(Compression::Gzip),
+        "none" => Some(Compression::None),
+        _ => None,
+    }
 }
 
 /// An `http://` (or, with TLS, `https://`) URL with a host and an optional numeric port; for
@@ -187,11 +196,11 @@ pub(super) fn read_ca_file(path: &str) -> Option<CaFile> {
     })
 }
 
-/// A path pattern whose `%` sequences are `%h`, `%p` or `%%`.
+/// A path pattern whose `%` sequences are `%h`, `%p`, `%r`, `%j` or `%%`.
 pub(super) fn parse_file_pattern(s: &str) -> Option<String> {
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
-        if c == '%' && !matches!(chars.next(), Some('h' | 'p' | '%')) {
+        if c == '%' && !matches!(chars.next(), Some('h' | 'p' | 'r' | 'j' | '%')) {
             return None;
         }
     }
@@ -244,6 +253,15 @@ pub(super) fn show_exporter(value: Exporter) -> String {
         Exporter::File => "file",
         Exporter::Stdout => "stdout",
         Exporter::None => "none",
+    }
+    .to_owned()
+}
+
+/// A compression as [`parse_compression`] reads it.
+pub(super) fn show_compression(value: Compression) -> String {
+    match value {
+        Compression::Gzip => "gzip",
+        Compression::None => "none",
     }
     .to_owned()
 }

@@ -41,6 +41,7 @@ fn defaults() {
                 endpoint: "http://localhost:4318/v1/metrics".into(),
                 timeout: Duration::from_millis(3000),
                 headers: vec![],
+                compression: Compression::Gzip,
                 temporality: Temporality::Cumulative,
                 file: "nccl-otel-%h-%p.jsonl".into(),
                 queue: 8,
@@ -290,6 +291,7 @@ fn describe_round_trips() {
         (CARDINALITY_LIMIT, "16"),
         (otel::PROTOCOL, "http/json"),
         (otel::TEMPORALITY, "delta"),
+        (otel::COMPRESSION, "none"),
         (otel::RESOURCE_ATTRIBUTES, "service.name=trainer"),
     ]);
     let line = config.describe();
@@ -300,7 +302,8 @@ fn describe_round_trips() {
     assert!(line.contains(" NCCL_PROFILE_EVENT_MASK=0x65e "), "{line}");
     let (_, pairs) = line.split_once(": ").unwrap();
     let vars: Vec<(&str, &str)> = pairs.split(' ').map(|pair| pair.split_once('=').unwrap()).collect();
-    assert_eq!(vars.len(), ALL.len() + 3);
+    assert_eq!(vars.len(), ALL.len() + 4);
+    assert!(line.contains(" OTEL_EXPORTER_OTLP_METRICS_COMPRESSION=none "), "{line}");
     assert!(line.contains(" NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT=http://collector:4318/v1/metrics "));
     assert!(line.ends_with(" OTEL_SERVICE_NAME=trainer"), "{line}");
     assert_eq!(load(&vars), (config, Vec::new()));
@@ -329,6 +332,41 @@ fn exporter_and_queue_and_limit() {
     }
     let (config, _) = load(&[(EXPORT_QUEUE, "1"), (CARDINALITY_LIMIT, "0x10")]);
     assert_eq!((config.export.queue, config.export.cardinality_limit), (1, 16));
+}
+
+#[test]
+fn compression_interval_and_sdk_disabled() {
+    for (vars, expected) in [
+        (&[][..], Compression::Gzip),
+        (&[(otel::COMPRESSION, "none")][..], Compression::None),
+        (&[(otel::COMPRESSION, "GZIP")][..], Compression::Gzip),
+        (
+            &[(otel::COMPRESSION, "none"), (otel::METRICS_COMPRESSION, "gzip")][..],
+            Compression::Gzip,
+        ),
+        (&[(otel::METRICS_COMPRESSION, "None")][..], Compression::None),
+    ] {
+        let (config, warnings) = load(vars);
+        assert!(warnings.is_empty(), "{vars:?}: {warnings:?}");
+        assert_eq!(config.export.compression, expected, "{vars:?}");
+    }
+    assert_rejected(otel::COMPRESSION, "zstd", "gzip");
+    assert_rejected(otel::METRICS_COMPRESSION, "deflate", "gzip");
+
+    let (config, warnings) = load(&[(otel::METRIC_EXPORT_INTERVAL, "250")]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(config.interval, Duration::from_millis(250));
+    let (config, _) = load(&[(otel::METRIC_EXPORT_INTERVAL, "250"), (TELEMETRY_INTERVAL_SEC, "2")]);
+    assert_eq!(config.interval, Duration::from_secs(2), "ours wins");
+    for value in ["0", "9", "3600001", "1.5", "5s"] {
+        assert_rejected(otel::METRIC_EXPORT_INTERVAL, value, "5000");
+    }
+
+    assert_eq!(load(&[(otel::SDK_DISABLED, "true")]).0.export.exporter, Exporter::None);
+    assert_eq!(load(&[(otel::SDK_DISABLED, "false")]).0.export.exporter, Exporter::Otlp);
+    let (config, _) = load(&[(otel::SDK_DISABLED, "true"), (EXPORTER, "file")]);
+    assert_eq!(config.export.exporter, Exporter::File, "ours wins");
+    assert_rejected(otel::SDK_DISABLED, "maybe", "false");
 }
 
 #[test]

@@ -30,7 +30,8 @@ pub const EXPORTER: &str = "NCCL_PROFILER_OTEL_EXPORTER";
 pub const TELEMETRY_ENDPOINT: &str = "NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT";
 /// Timeout of one export request, milliseconds.
 pub const TELEMETRY_BATCH_TIMEOUT_MS: &str = "NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS";
-/// Path pattern of the `file` exporter (`%h` host, `%p` pid, `%%` a percent sign).
+/// Path pattern of the `file` exporter (`%h` host, `%p` pid, `%r` rank, `%j` job, `%%` a percent
+/// sign).
 pub const EXPORT_FILE: &str = "NCCL_PROFILER_OTEL_EXPORT_FILE";
 /// Export requests waiting for the exporter thread; the oldest is dropped beyond this.
 pub const EXPORT_QUEUE: &str = "NCCL_PROFILER_OTEL_EXPORT_QUEUE";
@@ -86,10 +87,18 @@ pub mod otel {
     pub const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
     /// Metrics CA file; wins over [`CERTIFICATE`].
     pub const METRICS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE";
+    /// `gzip` or `none`: compression of OTLP request bodies.
+    pub const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+    /// Metrics compression; wins over [`COMPRESSION`].
+    pub const METRICS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
+    /// Milliseconds between exports: the default of our interval.
+    pub const METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+    /// `true`: nothing is exported (the default of our exporter becomes `none`).
+    pub const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 }
 
 /// Every standard variable read by [`Config::from_lookup`].
-pub const STANDARD: [&str; 11] = [
+pub const STANDARD: [&str; 15] = [
     otel::ENDPOINT,
     otel::METRICS_ENDPOINT,
     otel::HEADERS,
@@ -101,6 +110,10 @@ pub const STANDARD: [&str; 11] = [
     otel::TEMPORALITY,
     otel::RESOURCE_ATTRIBUTES,
     otel::SERVICE_NAME,
+    otel::COMPRESSION,
+    otel::METRICS_COMPRESSION,
+    otel::METRIC_EXPORT_INTERVAL,
+    otel::SDK_DISABLED,
 ];
 
 /// Standard variables read by [`Config::from_lookup`] only in builds with the cargo feature `tls`.

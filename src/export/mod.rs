@@ -42,6 +42,13 @@ pub fn install(config: &'static config::Config) -> Option<Backend> {
     if export.exporter == Exporter::None {
         return None;
     }
+    if export.exporter == Exporter::File {
+        // A bad path is reported now, not at the first export one interval later.
+        let path = sender::file_path(export);
+        if let Err(e) = sender::open_file(&path) {
+            tracing::warn!("file exporter: {e}; requests will fail until it can be opened");
+        }
+    }
     queue::set_capacity(export.queue as usize);
     let spawned = std::thread::Builder::new()
         .name("nccl-otel-export".into())

@@ -1,8 +1,11 @@
 //! The exporter thread (`nccl-otel-export`, ours, one per process): builds the sender once, then
 //! sends each queued request in order: OTLP over HTTP with reqwest's blocking client, OTLP over
 //! gRPC on a tokio runtime private to this thread (cargo feature `grpc`), or OTLP-JSON lines to a
-//! file or stdout. Retries are off: each request takes at most the export timeout, and the next
-//! interval's request supersedes it. Called on: the exporter thread only.
+//! file or stdout. OTLP bodies are gzip-compressed unless the configuration says `none`. Retries
+//! are off: each request takes at most the export timeout, and the next interval's request
+//! supersedes it. A failed HTTP request's error names its cause (refused, DNS, timeout: the HTTP
+//! client's error chain, which the OTLP exporter reduces to "network error"). Called on: the
+//! exporter thread only.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -13,14 +16,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
+use parking_lot::Mutex;
 
 use super::queue;
 use super::resource::host_name;
 use super::sdk_temporality;
-use crate::config::{self, Exporter, Protocol};
+use crate::config::{self, Compression, Exporter, Protocol};
 use crate::stats::STATS;
 
 /// What sends requests; built on the exporter thread.
@@ -34,6 +39,8 @@ enum Sender {
 struct Otlp {
     exporter: opentelemetry_otlp::MetricExporter,
     timeout: Duration,
+    /// Cause of the last failed HTTP request, from the HTTP client ([`Explained`]).
+    cause: Arc<Mutex<Option<String>>>,
     #[cfg(feature = "grpc")]
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -65,10 +72,10 @@ pub fn run_exporter(config: &config::Export) {
 
 fn build_sender(config: &config::Export) -> Result<Sender, String> {
     match config.exporter {
-        Exporter::File => {
-            let path = expand_path(&config.file, &host_name(), std::process::id());
-            Ok(Sender::File(FileSink { path, file: None }))
-        }
+        Exporter::File => Ok(Sender::File(FileSink {
+            path: file_path(config),
+            file: None,
+        })),
         Exporter::Stdout => Ok(Sender::Stdout),
         Exporter::Otlp | Exporter::None => build_otlp(config).map(|o| Sender::Otlp(Box::new(o))),
     }
@@ -80,12 +87,7 @@ fn send(sender: &mut Sender, rm: &ResourceMetrics) -> Result<(), String> {
         Sender::File(f) => {
             let line = json_line(rm)?;
             if f.file.is_none() {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&f.path)
-                    .map_err(|e| format!("cannot open {}: {e}", f.path))?;
-                f.file = Some(file);
+                f.file = Some(open_file(&f.path)?);
             }
             let Some(file) = f.file.as_mut() else {
                 return Err(format!("cannot open {}", f.path));
@@ -154,7 +156,11 @@ fn build_otlp(config: &config::Export) -> Result<Otlp, String> {
                 // built on a host that has none.
                 client = client.tls_certs_only([]);
             }
-            let client = client.build().map_err(|e| fail(&e))?;
+            let cause = Arc::new(Mutex::new(None));
+            let client = Explained {
+                client: client.build().map_err(|e| fail(&e))?,
+                cause: cause.clone(),
+            };
             let protocol = match config.protocol {
                 Protocol::HttpJson => opentelemetry_otlp::Protocol::HttpJson,
                 _ => opentelemetry_otlp::Protocol::HttpBinary,
@@ -167,12 +173,17 @@ fn build_otlp(config: &config::Export) -> Result<Otlp, String> {
                 .with_timeout(config.timeout)
                 .with_headers(headers_map(&config.headers))
                 .with_retry_policy(RetryPolicy::disabled())
-                .with_temporality(temporality)
-                .build()
-                .map_err(|e| fail(&e))?;
+                .with_temporality(temporality);
+            let exporter = match config.compression {
+                Compression::Gzip => exporter.with_compression(opentelemetry_otlp::Compression::Gzip),
+                // Explicitly none: the exporter would otherwise read the standard variables itself.
+                Compression::None => exporter,
+            };
+            let exporter = exporter.build().map_err(|e| fail(&e))?;
             Ok(Otlp {
                 exporter,
                 timeout: config.timeout,
+                cause,
                 #[cfg(feature = "grpc")]
                 runtime: None,
             })
@@ -199,6 +210,10 @@ fn build_otlp(config: &config::Export) -> Result<Otlp, String> {
                 .with_metadata(metadata)
                 .with_retry_policy(RetryPolicy::disabled())
                 .with_temporality(temporality);
+            let builder = match config.compression {
+                Compression::Gzip => builder.with_compression(opentelemetry_otlp::Compression::Gzip),
+                Compression::None => builder,
+            };
             #[cfg(feature = "tls")]
             let builder = if config.endpoint.starts_with("https://") {
                 let tls = tonic::transport::ClientTlsConfig::new();
@@ -216,6 +231,7 @@ fn build_otlp(config: &config::Export) -> Result<Otlp, String> {
             Ok(Otlp {
                 exporter,
                 timeout: config.timeout,
+                cause: Arc::default(),
                 runtime: Some(runtime),
             })
         }
@@ -237,8 +253,45 @@ impl Otlp {
             };
         }
         let _ = self.timeout;
-        block_on(self.exporter.export(rm)).map_err(|e| e.to_string())
+        self.cause.lock().take();
+        block_on(self.exporter.export(rm)).map_err(|e| match self.cause.lock().take() {
+            Some(cause) => format!("{e} ({cause})"),
+            None => e.to_string(),
+        })
     }
+}
+
+/// The HTTP client, keeping the cause of its last failure for [`Otlp::send`].
+#[derive(Debug)]
+struct Explained {
+    client: reqwest::blocking::Client,
+    cause: Arc<Mutex<Option<String>>>,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for Explained {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let response = self.client.send_bytes(request).await;
+        if let Err(e) = &response {
+            *self.cause.lock() = Some(error_chain(e.as_ref()));
+        }
+        response
+    }
+}
+
+/// An error and its sources, outermost first, each once: `a: b: c`.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let message = s.to_string();
+        if !out.contains(&message) {
+            out.push_str(": ");
+            out.push_str(&message);
+        }
+        source = s.source();
+    }
+    out
 }
 
 /// Polls `future` to completion on this thread. The blocking HTTP client does its I/O inside the
@@ -261,16 +314,60 @@ fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// The file exporter's path: `%h` host, `%p` pid, `%%` a percent sign.
-pub fn expand_path(pattern: &str, host: &str, pid: u32) -> String {
+/// The file exporter's path for this process ([`expand_path`] with its host, pid, and the
+/// launcher's rank and job from the resource: `job.rank`, else `slurm.procid`; `slurm.job.id`).
+pub fn file_path(config: &config::Export) -> String {
+    let attribute = |key: &str| config.resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let values = PathValues {
+        host: &host_name(),
+        pid: std::process::id(),
+        rank: attribute("job.rank")
+            .or_else(|| attribute("slurm.procid"))
+            .unwrap_or("x"),
+        job: attribute("slurm.job.id").unwrap_or("x"),
+    };
+    expand_path(&config.file, &values)
+}
+
+/// Opens the file exporter's file for appending, creating it and its directories.
+pub fn open_file(path: &str) -> Result<std::fs::File, String> {
+    let parent = std::path::Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty());
+    if let Some(dir) = parent {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {path}: {e}"))
+}
+
+/// What the file exporter's placeholders stand for.
+pub struct PathValues<'a> {
+    /// `%h`.
+    pub host: &'a str,
+    /// `%p`.
+    pub pid: u32,
+    /// `%r` (`x` when the launcher set none).
+    pub rank: &'a str,
+    /// `%j` (`x` when the launcher set none).
+    pub job: &'a str,
+}
+
+/// The file exporter's path: `%h` host, `%p` pid, `%r` rank, `%j` job, `%%` a percent sign.
+pub fn expand_path(pattern: &str, values: &PathValues<'_>) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
         match (c, c == '%') {
             (_, false) => out.push(c),
             (_, true) => match chars.next() {
-                Some('h') => out.push_str(host),
-                Some('p') => out.push_str(&pid.to_string()),
+                Some('h') => out.push_str(values.host),
+                Some('p') => out.push_str(&values.pid.to_string()),
+                Some('r') => out.push_str(values.rank),
+                Some('j') => out.push_str(values.job),
                 Some(other) => {
                     out.push('%');
                     if other != '%' {
@@ -290,12 +387,28 @@ mod tests {
 
     #[test]
     fn path_placeholders() {
-        assert_eq!(
-            expand_path("nccl-otel-%h-%p.jsonl", "node1", 42),
-            "nccl-otel-node1-42.jsonl"
-        );
-        assert_eq!(expand_path("/a/100%%/%p", "h", 7), "/a/100%/7");
-        assert_eq!(expand_path("x%", "h", 7), "x%");
+        let v = PathValues {
+            host: "node1",
+            pid: 42,
+            rank: "3",
+            job: "77",
+        };
+        assert_eq!(expand_path("nccl-otel-%h-%p.jsonl", &v), "nccl-otel-node1-42.jsonl");
+        assert_eq!(expand_path("/a/100%%/%p", &v), "/a/100%/42");
+        assert_eq!(expand_path("x%", &v), "x%");
+        assert_eq!(expand_path("/out/%j/rank-%r.jsonl", &v), "/out/77/rank-3.jsonl");
+    }
+
+    #[test]
+    fn the_file_exporter_creates_its_directories() {
+        let dir = std::env::temp_dir().join(format!("nccl-otel-open-{}", std::process::id()));
+        let path = dir.join("a/b/c.jsonl");
+        open_file(path.to_str().unwrap()).unwrap();
+        assert!(path.is_file());
+        let blocked = dir.join("a/b/c.jsonl/d.jsonl");
+        let e = open_file(blocked.to_str().unwrap()).unwrap_err();
+        assert!(e.starts_with("cannot create "), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

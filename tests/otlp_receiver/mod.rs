@@ -56,6 +56,8 @@ struct Shared {
     bad: AtomicU64,
     /// Content types and paths of the requests, in order.
     seen: Mutex<Vec<(String, String)>>,
+    /// Content encodings of the requests, in order (`""`: none).
+    encodings: Mutex<Vec<String>>,
     stop: AtomicBool,
 }
 
@@ -197,6 +199,12 @@ impl Receiver {
     pub fn seen(&self) -> Vec<(String, String)> {
         self.shared.seen.lock().unwrap().clone()
     }
+
+    /// The content encoding of every request so far (HTTP `content-encoding`, gRPC
+    /// `grpc-encoding`; `""` when uncompressed).
+    pub fn encodings(&self) -> Vec<String> {
+        self.shared.encodings.lock().unwrap().clone()
+    }
 }
 
 impl Drop for Receiver {
@@ -214,6 +222,7 @@ impl Shared {
             attempts: AtomicU64::new(0),
             bad: AtomicU64::new(0),
             seen: Mutex::new(Vec::new()),
+            encodings: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         }
     }
@@ -271,9 +280,9 @@ fn serve_connection(stream: impl Read + Write, shared: Arc<Shared>) {
         };
         shared.attempts.fetch_add(1, Ordering::Relaxed);
         let content_type = headers.get("content-type").cloned().unwrap_or_default();
-        let gzip = headers
-            .get("content-encoding")
-            .is_some_and(|e| e.eq_ignore_ascii_case("gzip"));
+        let encoding = headers.get("content-encoding").cloned().unwrap_or_default();
+        let gzip = encoding.eq_ignore_ascii_case("gzip");
+        shared.encodings.lock().unwrap().push(encoding);
         let body = if gzip { gunzip(&body).unwrap_or_default() } else { body };
         shared.seen.lock().unwrap().push((content_type.clone(), path));
         match shared.fault() {
@@ -404,6 +413,12 @@ mod grpc {
         ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
             let shared = &self.0;
             shared.attempts.fetch_add(1, Ordering::Relaxed);
+            let encoding = request.metadata().get("grpc-encoding").and_then(|e| e.to_str().ok());
+            shared
+                .encodings
+                .lock()
+                .unwrap()
+                .push(encoding.unwrap_or_default().to_owned());
             shared
                 .seen
                 .lock()
@@ -443,7 +458,10 @@ mod grpc {
             started.send(listener.local_addr().unwrap()).unwrap();
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
             configure(tonic::transport::Server::builder())
-                .add_service(MetricsServiceServer::new(Service(shared)))
+                .add_service(
+                    MetricsServiceServer::new(Service(shared))
+                        .accept_compressed(tonic::codec::CompressionEncoding::Gzip),
+                )
                 .serve_with_incoming(incoming)
                 .await
                 .unwrap();
