@@ -113,15 +113,13 @@ fn main() -> ExitCode {
         .slow_link(SLOW.0, SLOW.1, 4.0)
         .with_jitter(0.02);
     println!(
-        "nccl-profiler-otel demo: {RANKS} ranks on {} nodes, inter-node links 20 µs / 12 GB/s, link {}→{} 4× slower",
+        "nccl-profiler-otel demo: {RANKS} ranks on {} nodes, inter-node links 20 µs and\n\
+         12 GB/s, link {}→{} 4× slower",
         RANKS / PER_NODE,
         SLOW.0,
         SLOW.1
     );
-    println!(
-        "exporting OTLP/HTTP to an in-process collector at {}\n",
-        receiver.endpoint()
-    );
+    println!("OTLP/HTTP to the in-process collector at {}\n", receiver.endpoint());
     // One rank at a time, as on a real cluster where each rank has its own cores: all 8 ranks'
     // threads on this machine's cores at once would measure the host, not the modelled network.
     let workload = Workload::training(net, ITERATIONS);
@@ -152,7 +150,7 @@ fn main() -> ExitCode {
     print_collectives(&requests);
     print_links(&requests);
     println!(
-        "\nemulator: {issued} collectives and P2P operations issued; {} OTLP requests received; {:.1} s in all",
+        "\nemulator: {issued} collectives and P2P operations issued;\n{} OTLP requests received; {:.1} s in all",
         requests.len(),
         started.elapsed().as_secs_f64()
     );
@@ -182,11 +180,12 @@ fn latest(
 /// not tell the communicator's size), host times, GPU times and bus bandwidths.
 type Row = (u64, [(u64, f64); 4]);
 
+/// Prints the collectives table: 76 columns.
 fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
-    println!("Collectives and P2P sends (all ranks)");
+    println!("Collectives and P2P sends (all ranks; means)");
     println!(
-        "{:<14} {:<7} {:<7} {:>7} {:>11} {:>11} {:>11} {:>12}",
-        "function", "algo", "proto", "ops", "mean size", "host time", "GPU time", "bus bw"
+        "{:<13} {:<6} {:<6} {:>6} {:>9} {:>9} {:>9} {:>10}",
+        "function", "algo", "proto", "ops", "size", "host", "GPU", "busBw"
     );
     let mut rows: BTreeMap<(String, String, String), Row> = BTreeMap::new();
     let key = |attrs: &[(String, String)]| {
@@ -216,7 +215,7 @@ fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
     let mean = |(n, sum): (u64, f64)| if n > 0 { sum / n as f64 } else { f64::NAN };
     for ((func, algo, proto), (ops, [bytes, host, gpu, bus])) in rows {
         println!(
-            "{func:<14} {algo:<7} {proto:<7} {ops:>7} {:>11} {:>11} {:>11} {:>12}",
+            "{func:<13} {algo:<6} {proto:<6} {ops:>6} {:>9} {:>9} {:>9} {:>10}",
             human_bytes(mean(bytes)),
             human_secs(mean(host)),
             human_secs(mean(gpu)),
@@ -245,20 +244,22 @@ fn print_links(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
         .unwrap_or_default()
         .to_uppercase();
     println!(
-        "\nPer-link latency (µs) / bandwidth (GB/s) from the plugin's regression, mode {mode} (sender → receiver)"
+        "\nPer-link latency (µs) / bandwidth (GB/s), sender → receiver, from the\n\
+         plugin's regression (mode {mode})"
     );
-    print!("{:>8}", "src\\dst");
-    (0..RANKS).for_each(|d| print!("{d:>14}"));
+    // 7 + 8 × 9 = 79 columns.
+    print!("{:>7}", "src\\dst");
+    (0..RANKS).for_each(|d| print!("{d:>9}"));
     println!();
     for s in 0..RANKS {
-        print!("{s:>8}");
+        print!("{s:>7}");
         for d in 0..RANKS {
             match cells.get(&(s, d)) {
                 Some((lat, bw)) => {
                     let mark = if slowest == Some((s, d)) { "*" } else { " " };
-                    print!("{:>14}", format!("{:.0}/{:.1}{mark}", lat * 1e6, bw / 1e9));
+                    print!("{:>9}", format!("{:.0}/{:.1}{mark}", lat * 1e6, bw / 1e9));
                 }
-                None => print!("{:>14}", "·"),
+                None => print!("{:>9}", "·"),
             }
         }
         println!();
@@ -271,15 +272,16 @@ fn print_links(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
             lat * 1e6
         );
     }
-    println!("· no network transfers measured (same node, or not a ring/all-to-all neighbour)");
+    println!("· no transfer measured (same node, or not a ring/all-to-all neighbour)");
 }
 
+/// Bytes in decimal units (kB, MB, GB: the units of bandwidths).
 fn human_bytes(b: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = b;
     let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
         unit += 1;
     }
     if !v.is_finite() {

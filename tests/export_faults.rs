@@ -441,6 +441,25 @@ fn exit_with_a_hung_collector_is_bounded() {
     assert!(rx.attempts() >= 1, "the exit flush did not try");
 }
 
+/// A hung collector costs one wait at shutdown in all: the last `finalize` waits (the collector
+/// looked healthy), its request fails at the timeout, and the exit flush then does not wait again.
+#[test]
+fn finalize_then_exit_with_a_hung_collector_waits_once() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let _serial = SERIAL.lock();
+    let rx = Receiver::start();
+    rx.set_fault(Fault::Hang);
+    let timeout: u64 = 3000;
+    let extra = [("NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS", timeout.to_string())];
+    let run = run_child("finalize-then-exit", &rx.endpoint(), &extra);
+    run.assert_exited(0);
+    // One wait of at most the timeout and the flush margin, plus slack; two would be 6.5 s.
+    let once = Duration::from_millis(timeout + 250 + 400 + 2000);
+    assert!(run.exit_took() < once, "shutdown took {:?}", run.exit_took());
+}
+
 /// A generous timeout (see [`HEALTHY_TIMEOUT_MS`]) and queue: a flush's request is not dropped
 /// for newer interval requests while a loaded machine runs the exporter late (see
 /// `exit_flush_waits_for_a_slow_but_healthy_collector`).
@@ -668,6 +687,13 @@ fn child_scenario() {
         "exit-mid-stream" => child_exit_mid_stream(),
         "exit-during-last-finalize" => child_exit_during_last_finalize(),
         "exit-then-late-finalize" => child_exit_then_late_finalize(),
+        // A workload, the last finalize (marked as the start of shutdown), return.
+        "finalize-then-exit" => {
+            let p = Plugin::in_process();
+            let (c, _) = sx::workload(&p, 0xE417_0002, "leaving");
+            eprintln!("{EXIT_MARK}{}", unix_ns());
+            p.finalize(c.context);
+        }
         "fork-busy" => child_fork_busy(),
         other => panic!("unknown child scenario {other}"),
     }

@@ -141,7 +141,7 @@ pub(super) unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
         if activation::detach(|| !comm::all().any(Comm::is_live)) {
             // The last communicator: export what is left, waiting at most the export timeout
             // even when the collector hangs, and not at all while exports are failing.
-            telemetry::flush(telemetry::flush_deadline(), false, telemetry::Wait::IfHealthy);
+            telemetry::flush(telemetry::flush_deadline(), false);
             // NCCL may unload libnccl after its last communicator: forget its logger.
             nccl_log::clear_logger();
         }
@@ -160,12 +160,13 @@ fn register_exit_flush() {
     });
 }
 
-/// At process exit without `finalize`: processes the live communicators' windows and exports them,
-/// waiting at most the export timeout plus a margin. Inert in a forked child.
+/// At process exit: processes the live communicators' windows and exports them, waiting at most
+/// the export timeout plus a margin, and not at all while exports fail or an earlier flush (the
+/// last `finalize`'s) is still waiting for a hung collector. Inert in a forked child.
 extern "C" fn exit_flush() {
     let _ = catch_unwind(|| {
         if !telemetry::forked() {
-            telemetry::flush(telemetry::flush_deadline(), true, telemetry::Wait::Always);
+            telemetry::flush(telemetry::flush_deadline(), true);
         }
     });
 }

@@ -43,6 +43,9 @@ static WAKE: Condvar = Condvar::new();
 static SERVED: Condvar = Condvar::new();
 /// The export queue, when export is on.
 static DELIVERY: OnceLock<&'static dyn Delivery> = OnceLock::new();
+/// The export request a flush stopped waiting for at its deadline, and that deadline: while it is
+/// pending (a hung collector), later flushes wait no longer, so shutdown costs one wait in all.
+static STALLED: Mutex<Option<(u64, Instant)>> = Mutex::new(None);
 
 /// Sets the export queue flushes wait on (once per process).
 pub fn set_delivery(delivery: &'static dyn Delivery) {
@@ -104,23 +107,16 @@ pub fn serve(request: Request, seq: Option<u64>) {
     SERVED.notify_all();
 }
 
-/// How [`flush`] waits for the export it asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Until the request is done or the deadline passes (exit: the last chance).
-    Always,
-    /// Only while exports go through: with a failing or hung collector, a program that destroys
-    /// communicators in a loop must not pay the timeout each time; the data follows with the
-    /// next request that gets through.
-    IfHealthy,
-}
-
 /// Asks the telemetry thread to process what was delivered (with `drain_live`, also the live
-/// communicators' windows), then to export at once, and waits (see [`Wait`]) until that export
-/// finished or `deadline` passed. Returns whether it finished in time. Never calls into the SDK
-/// here, never waits past `deadline`, returns at once in a forked child or without a telemetry
-/// thread. Called on: a finalizing NCCL thread, the exiting thread (atexit).
-pub fn flush(deadline: Instant, drain_live: bool, wait: Wait) -> bool {
+/// communicators' windows), then to export at once, and waits until that export finished or
+/// `deadline` passed, or the deadline of an earlier flush whose request is still pending
+/// ([`STALLED`]); not at all while exports fail: with a failing or hung collector, a program
+/// that destroys communicators in a loop must not pay the timeout each time, nor an exit after a
+/// last `finalize` that already waited (the data follows with the next request that gets
+/// through). Returns whether it finished in time. Never calls into the SDK here,
+/// never waits past `deadline`, returns at once in a forked child or without a telemetry thread.
+/// Called on: a finalizing NCCL thread, the exiting thread (atexit).
+pub fn flush(deadline: Instant, drain_live: bool) -> bool {
     if !running() {
         return false;
     }
@@ -137,11 +133,27 @@ pub fn flush(deadline: Instant, drain_live: bool, wait: Wait) -> bool {
         }
         c.seq
     };
-    let delivery = DELIVERY.get();
-    if wait == Wait::IfHealthy && delivery.is_some_and(|d| !d.healthy()) {
+    let Some(seq) = seq else {
+        return true;
+    };
+    let Some(delivery) = DELIVERY.get() else {
+        return false;
+    };
+    if !delivery.healthy() {
         return false;
     }
-    seq.is_none_or(|seq| delivery.is_some_and(|d| d.wait_exported(seq, deadline)))
+    let mut stalled = STALLED.lock();
+    let deadline = match *stalled {
+        Some((pending, at)) if !delivery.wait_exported(pending, Instant::now()) => deadline.min(at),
+        _ => deadline,
+    };
+    drop(stalled);
+    let done = delivery.wait_exported(seq, deadline);
+    if !done {
+        stalled = STALLED.lock();
+        *stalled = Some((seq, deadline));
+    }
+    done
 }
 
 /// The deadline of a flush started now: the export timeout plus [`FLUSH_MARGIN`].

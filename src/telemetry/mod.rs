@@ -24,7 +24,7 @@ pub mod sink;
 pub mod thread;
 
 pub use crate::comm::DropCounts;
-pub use flush::{FLUSH_MARGIN, Wait, flush, flush_deadline, wake};
+pub use flush::{FLUSH_MARGIN, flush, flush_deadline, wake};
 pub use inbox::INBOX_CAPACITY;
 pub use sink::{Sink, add_sink, deliver};
 pub use thread::{TICK, forked, passes, running, start};
