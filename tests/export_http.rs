@@ -176,3 +176,81 @@ fn http_json_child() {
     let (c, _) = sx::workload(&p, 0x1507_0001, "json");
     p.finalize(c.context);
 }
+
+/// `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION=base2_exponential_bucket_histogram`
+/// makes every histogram exponential (decoded with the official types), and
+/// `NCCL_PROFILER_OTEL_DROP_METRICS=channel` removes the channel family and nothing else.
+#[test]
+fn exponential_histograms_and_a_dropped_family() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let rx = Receiver::start();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "exponential_child", "--ignored", "--test-threads=1"])
+        .env(CHILD, "exponential")
+        .env("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", rx.endpoint())
+        .env(
+            "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
+            "base2_exponential_bucket_histogram",
+        )
+        .env("NCCL_PROFILER_OTEL_DROP_METRICS", "channel")
+        .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let reqs = rx.requests();
+    assert_eq!(rx.undecodable(), 0);
+    let all = metrics(&reqs);
+    let names: std::collections::BTreeSet<&str> = all.iter().map(|m| m.name.as_str()).collect();
+    assert!(!names.iter().any(|n| n.starts_with("nccl.channel.")), "{names:?}");
+    for kept in [
+        "nccl.link.latency",
+        "nccl.coll.duration",
+        "nccl.profiler.events.recorded",
+    ] {
+        assert!(names.contains(kept), "{kept} missing: {names:?}");
+    }
+    use otlp_receiver::metric::Data;
+    let mut exponential = 0;
+    for m in &all {
+        match &m.data {
+            Some(Data::Histogram(_)) => panic!("{} is an explicit histogram", m.name),
+            Some(Data::ExponentialHistogram(h)) => {
+                for p in &h.data_points {
+                    let buckets: u64 = p.positive.as_ref().map_or(0, |b| b.bucket_counts.iter().sum());
+                    assert_eq!(
+                        buckets + p.zero_count + p.negative.as_ref().map_or(0, |b| b.bucket_counts.iter().sum::<u64>()),
+                        p.count,
+                        "{}",
+                        m.name
+                    );
+                    assert!(p.scale <= 20, "{}: scale {}", m.name, p.scale);
+                }
+                exponential += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(names.contains("nccl.coll.duration") && exponential > 0);
+    let duration = find(&reqs, "nccl.coll.duration").unwrap();
+    let Some(Data::ExponentialHistogram(h)) = &duration.data else {
+        panic!("nccl.coll.duration is not exponential")
+    };
+    assert!(
+        h.data_points
+            .iter()
+            .any(|p| p.count > 0 && p.sum.is_some_and(|s| s > 0.0))
+    );
+}
+
+#[test]
+#[ignore = "run by exponential_histograms_and_a_dropped_family in a child process"]
+fn exponential_child() {
+    if std::env::var(CHILD).as_deref() != Ok("exponential") {
+        return;
+    }
+    let p = Plugin::in_process();
+    let (c, _) = sx::workload(&p, 0xE4B0_0001, "expo");
+    p.finalize(c.context);
+}

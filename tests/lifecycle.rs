@@ -65,6 +65,7 @@ const VARS: &[(&str, Kind, Option<&str>)] = &[
     (config::EXPORT_FILE, Kind::PathPattern, Some("out-%d.jsonl")),
     (config::EXPORT_QUEUE, Kind::Number, Some("0")),
     (config::CARDINALITY_LIMIT, Kind::Number, Some("1e6")),
+    (config::DROP_METRICS, Kind::Word, Some("profiler")),
     (config::otel::ENDPOINT, Kind::Url, Some("ftp://collector:4318")),
     (config::otel::METRICS_ENDPOINT, Kind::Url, Some("http://")),
     (config::otel::HEADERS, Kind::SecretPairs, Some("authorization")),
@@ -80,6 +81,7 @@ const VARS: &[(&str, Kind, Option<&str>)] = &[
     (config::otel::METRICS_COMPRESSION, Kind::Word, Some("deflate")),
     (config::otel::METRIC_EXPORT_INTERVAL, Kind::Number, Some("5s")),
     (config::otel::SDK_DISABLED, Kind::Bool, Some("disabled")),
+    (config::otel::HISTOGRAM_AGGREGATION, Kind::Word, Some("exponential")),
 ];
 
 /// Values no variable of a kind accepts (except [`Kind::PathPattern`] and [`Kind::Free`]):

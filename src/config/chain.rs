@@ -7,18 +7,18 @@
 use std::time::Duration;
 
 use super::parse::{
-    BOOL, overlay, parse_bool, parse_compression, parse_endpoint, parse_exporter, parse_file_pattern, parse_millis,
-    parse_protocol, parse_temporality, parse_u32_in, show_bool, show_compression, show_exporter, show_millis,
-    show_protocol, show_temporality, show_u32,
+    BOOL, overlay, parse_bool, parse_compression, parse_endpoint, parse_exporter, parse_families, parse_file_pattern,
+    parse_histograms, parse_millis, parse_protocol, parse_temporality, parse_u32_in, show_bool, show_compression,
+    show_exporter, show_families, show_histograms, show_millis, show_protocol, show_temporality, show_u32,
 };
 #[cfg(feature = "tls")]
 use super::parse::{read_ca_file, show_ca_file};
 use super::reader::Reader;
 use super::vars::{
-    CARDINALITY_LIMIT, DEFAULT_EXPORT_FILE, DEFAULT_SERVICE_NAME, EXPORT_FILE, EXPORT_QUEUE, EXPORTER, LAUNCHER,
-    TELEMETRY_BATCH_TIMEOUT_MS, TELEMETRY_ENDPOINT, otel,
+    CARDINALITY_LIMIT, DEFAULT_EXPORT_FILE, DEFAULT_SERVICE_NAME, DROP_METRICS, EXPORT_FILE, EXPORT_QUEUE, EXPORTER,
+    LAUNCHER, METRIC_FAMILIES, TELEMETRY_BATCH_TIMEOUT_MS, TELEMETRY_ENDPOINT, otel,
 };
-use super::{Compression, Export, Exporter, Protocol, Temporality};
+use super::{Compression, Export, Exporter, Histograms, Protocol, Temporality};
 
 impl<L: Fn(&str) -> Option<String>> Reader<L> {
     /// Every export setting.
@@ -132,6 +132,21 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
             show_u32,
         );
 
+        let families = format!(
+            "none or metric families among {} separated by commas",
+            METRIC_FAMILIES.join(",")
+        );
+        let dropped = self.read_owned(DROP_METRICS, Vec::new(), &families, parse_families, |v| {
+            show_families(v)
+        });
+        let histograms = self.read(
+            otel::HISTOGRAM_AGGREGATION,
+            Histograms::Explicit,
+            "explicit_bucket_histogram or base2_exponential_bucket_histogram",
+            parse_histograms,
+            show_histograms,
+        );
+
         let launcher: Vec<(String, String)> = LAUNCHER
             .iter()
             .filter_map(|(var, key)| {
@@ -163,6 +178,8 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
             file,
             queue,
             cardinality_limit,
+            dropped,
+            histograms,
             service_name,
             resource,
             certificate,

@@ -39,8 +39,8 @@ use crate::aggregate::regression::Mode;
 use crate::record::handle::MAX_LANE_SLOTS;
 use parse::{
     BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_millis, parse_secs_in, parse_u32_in,
-    show_auto_bool, show_bool, show_compression, show_every, show_exporter, show_mask, show_millis, show_mode,
-    show_protocol, show_secs, show_temporality, show_u32,
+    show_auto_bool, show_bool, show_compression, show_every, show_exporter, show_families, show_histograms, show_mask,
+    show_millis, show_mode, show_protocol, show_secs, show_temporality, show_u32,
 };
 use reader::Reader;
 
@@ -106,6 +106,16 @@ pub enum Compression {
     None,
 }
 
+/// How histograms are aggregated ([`otel::HISTOGRAM_AGGREGATION`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Histograms {
+    /// Explicit buckets (the catalogue's boundaries, `docs/metrics.md`).
+    Explicit,
+    /// Base-2 exponential buckets (at most 160 per point, scale at most 20): Prometheus' native
+    /// histograms.
+    Exponential,
+}
+
 /// Aggregation temporality preference ([`otel::TEMPORALITY`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Temporality {
@@ -143,6 +153,10 @@ pub struct Export {
     pub queue: u32,
     /// [`CARDINALITY_LIMIT`], default 2000, valid 1..=1000000.
     pub cardinality_limit: u32,
+    /// [`DROP_METRICS`]: families of [`METRIC_FAMILIES`] not exported, default none.
+    pub dropped: Vec<&'static str>,
+    /// [`otel::HISTOGRAM_AGGREGATION`], default [`Histograms::Explicit`].
+    pub histograms: Histograms,
     /// [`otel::SERVICE_NAME`], else `service.name` of [`otel::RESOURCE_ATTRIBUTES`], else
     /// [`DEFAULT_SERVICE_NAME`].
     pub service_name: String,
@@ -314,12 +328,14 @@ impl Config {
             e.file.clone(),
             show_u32(e.queue),
             show_u32(e.cardinality_limit),
+            show_families(&e.dropped),
         ];
         let mut line = format!("nccl-profiler-otel {}:", env!("CARGO_PKG_VERSION"));
         let standard = [
             (otel::METRICS_PROTOCOL, show_protocol(e.protocol)),
             (otel::METRICS_COMPRESSION, show_compression(e.compression)),
             (otel::TEMPORALITY, show_temporality(e.temporality)),
+            (otel::HISTOGRAM_AGGREGATION, show_histograms(e.histograms)),
             (otel::SERVICE_NAME, e.service_name.clone()),
         ];
         let ca = e

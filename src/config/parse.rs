@@ -7,7 +7,7 @@ use std::time::Duration;
 
 #[cfg(feature = "tls")]
 use super::CaFile;
-use super::{Compression, Exporter, Protocol, Temporality};
+use super::{Compression, Exporter, Histograms, METRIC_FAMILIES, Protocol, Temporality};
 use crate::aggregate::regression::Mode;
 
 /// Highest event bit NCCL defines (CeBatch, spec 2.2); masks with higher bits are rejected.
@@ -114,6 +114,51 @@ pub(super) fn parse_temporality(s: &str) -> Option<Temporality> {
 pub(super) fn parse_millis(s: &str, valid: std::ops::RangeInclusive<u64>) -> Option<Duration> {
     let ms = parse_uint(s)?;
     valid.contains(&ms).then(|| Duration::from_millis(ms))
+}
+
+/// `explicit_bucket_histogram` or `base2_exponential_bucket_histogram`, any case.
+pub(super) fn parse_histograms(s: &str) -> Option<Histograms> {
+    match s.to_ascii_lowercase().as_str() {
+        "explicit_bucket_histogram" => Some(Histograms::Explicit),
+        "base2_exponential_bucket_histogram" => Some(Histograms::Exponential),
+        _ => None,
+    }
+}
+
+/// Histograms as [`parse_histograms`] reads them.
+pub(super) fn show_histograms(value: Histograms) -> String {
+    match value {
+        Histograms::Explicit => "explicit_bucket_histogram",
+        Histograms::Exponential => "base2_exponential_bucket_histogram",
+    }
+    .to_owned()
+}
+
+/// `none`, or metric families of [`METRIC_FAMILIES`] separated by commas (any case, blanks
+/// around them ignored), in the table's order without repeats.
+pub(super) fn parse_families(s: &str) -> Option<Vec<&'static str>> {
+    if s.eq_ignore_ascii_case("none") {
+        return Some(Vec::new());
+    }
+    let named: Vec<String> = s.split(',').map(|f| f.trim().to_ascii_lowercase()).collect();
+    if named.iter().any(|f| !METRIC_FAMILIES.contains(&f.as_str())) {
+        return None;
+    }
+    Some(
+        METRIC_FAMILIES
+            .into_iter()
+            .filter(|f| named.iter().any(|n| n == f))
+            .collect(),
+    )
+}
+
+/// Families as [`parse_families`] reads them.
+pub(super) fn show_families(value: &[&'static str]) -> String {
+    if value.is_empty() {
+        "none".to_owned()
+    } else {
+        value.join(",")
+    }
 }
 
 /// `gzip` or `none`, any case.

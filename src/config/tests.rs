@@ -4,6 +4,8 @@
 
 use super::*;
 
+mod export;
+
 fn load(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
     Config::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned()))
 }
@@ -46,6 +48,8 @@ fn defaults() {
                 file: "nccl-otel-%h-%p.jsonl".into(),
                 queue: 8,
                 cardinality_limit: 2000,
+                dropped: vec![],
+                histograms: Histograms::Explicit,
                 service_name: "nccl".into(),
                 resource: vec![],
                 certificate: None,
@@ -289,6 +293,8 @@ fn describe_round_trips() {
         (EXPORT_FILE, "/tmp/x-%h-%p-%%.jsonl"),
         (EXPORT_QUEUE, "3"),
         (CARDINALITY_LIMIT, "16"),
+        (DROP_METRICS, "Channel, link"),
+        (otel::HISTOGRAM_AGGREGATION, "base2_exponential_bucket_histogram"),
         (otel::PROTOCOL, "http/json"),
         (otel::TEMPORALITY, "delta"),
         (otel::COMPRESSION, "none"),
@@ -302,7 +308,7 @@ fn describe_round_trips() {
     assert!(line.contains(" NCCL_PROFILE_EVENT_MASK=0x65e "), "{line}");
     let (_, pairs) = line.split_once(": ").unwrap();
     let vars: Vec<(&str, &str)> = pairs.split(' ').map(|pair| pair.split_once('=').unwrap()).collect();
-    assert_eq!(vars.len(), ALL.len() + 4);
+    assert_eq!(vars.len(), ALL.len() + 5);
     assert!(line.contains(" OTEL_EXPORTER_OTLP_METRICS_COMPRESSION=none "), "{line}");
     assert!(line.contains(" NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT=http://collector:4318/v1/metrics "));
     assert!(line.ends_with(" OTEL_SERVICE_NAME=trainer"), "{line}");
@@ -332,41 +338,6 @@ fn exporter_and_queue_and_limit() {
     }
     let (config, _) = load(&[(EXPORT_QUEUE, "1"), (CARDINALITY_LIMIT, "0x10")]);
     assert_eq!((config.export.queue, config.export.cardinality_limit), (1, 16));
-}
-
-#[test]
-fn compression_interval_and_sdk_disabled() {
-    for (vars, expected) in [
-        (&[][..], Compression::Gzip),
-        (&[(otel::COMPRESSION, "none")][..], Compression::None),
-        (&[(otel::COMPRESSION, "GZIP")][..], Compression::Gzip),
-        (
-            &[(otel::COMPRESSION, "none"), (otel::METRICS_COMPRESSION, "gzip")][..],
-            Compression::Gzip,
-        ),
-        (&[(otel::METRICS_COMPRESSION, "None")][..], Compression::None),
-    ] {
-        let (config, warnings) = load(vars);
-        assert!(warnings.is_empty(), "{vars:?}: {warnings:?}");
-        assert_eq!(config.export.compression, expected, "{vars:?}");
-    }
-    assert_rejected(otel::COMPRESSION, "zstd", "gzip");
-    assert_rejected(otel::METRICS_COMPRESSION, "deflate", "gzip");
-
-    let (config, warnings) = load(&[(otel::METRIC_EXPORT_INTERVAL, "250")]);
-    assert!(warnings.is_empty(), "{warnings:?}");
-    assert_eq!(config.interval, Duration::from_millis(250));
-    let (config, _) = load(&[(otel::METRIC_EXPORT_INTERVAL, "250"), (TELEMETRY_INTERVAL_SEC, "2")]);
-    assert_eq!(config.interval, Duration::from_secs(2), "ours wins");
-    for value in ["0", "9", "3600001", "1.5", "5s"] {
-        assert_rejected(otel::METRIC_EXPORT_INTERVAL, value, "5000");
-    }
-
-    assert_eq!(load(&[(otel::SDK_DISABLED, "true")]).0.export.exporter, Exporter::None);
-    assert_eq!(load(&[(otel::SDK_DISABLED, "false")]).0.export.exporter, Exporter::Otlp);
-    let (config, _) = load(&[(otel::SDK_DISABLED, "true"), (EXPORTER, "file")]);
-    assert_eq!(config.export.exporter, Exporter::File, "ours wins");
-    assert_rejected(otel::SDK_DISABLED, "maybe", "false");
 }
 
 #[test]

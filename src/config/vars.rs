@@ -37,10 +37,15 @@ pub const EXPORT_FILE: &str = "NCCL_PROFILER_OTEL_EXPORT_FILE";
 pub const EXPORT_QUEUE: &str = "NCCL_PROFILER_OTEL_EXPORT_QUEUE";
 /// Attribute sets kept per instrument before measurements go to the overflow series.
 pub const CARDINALITY_LIMIT: &str = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT";
+/// Metric families not exported, comma-separated ([`METRIC_FAMILIES`]), or `none`.
+pub const DROP_METRICS: &str = "NCCL_PROFILER_OTEL_DROP_METRICS";
+
+/// The metric families [`DROP_METRICS`] names: each is every metric named `nccl.<family>.*`.
+pub const METRIC_FAMILIES: [&str; 6] = ["coll", "p2p", "link", "channel", "kernel", "progress"];
 
 /// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order [`Config::describe`]
 /// prints them.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     ENABLE,
     TELEMETRY_ENABLE,
     TELEMETRY_INTERVAL_SEC,
@@ -57,6 +62,7 @@ pub const ALL: [&str; 16] = [
     EXPORT_FILE,
     EXPORT_QUEUE,
     CARDINALITY_LIMIT,
+    DROP_METRICS,
 ];
 
 /// Standard OpenTelemetry variables, used when ours leave the setting open.
@@ -95,10 +101,12 @@ pub mod otel {
     pub const METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
     /// `true`: nothing is exported (the default of our exporter becomes `none`).
     pub const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+    /// `explicit_bucket_histogram` or `base2_exponential_bucket_histogram`.
+    pub const HISTOGRAM_AGGREGATION: &str = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION";
 }
 
 /// Every standard variable read by [`Config::from_lookup`].
-pub const STANDARD: [&str; 15] = [
+pub const STANDARD: [&str; 16] = [
     otel::ENDPOINT,
     otel::METRICS_ENDPOINT,
     otel::HEADERS,
@@ -114,6 +122,7 @@ pub const STANDARD: [&str; 15] = [
     otel::METRICS_COMPRESSION,
     otel::METRIC_EXPORT_INTERVAL,
     otel::SDK_DISABLED,
+    otel::HISTOGRAM_AGGREGATION,
 ];
 
 /// Standard variables read by [`Config::from_lookup`] only in builds with the cargo feature `tls`.

@@ -1,7 +1,7 @@
 //! OTLP export: the metric catalogue ([`catalogue`], `docs/metrics.md` followed exactly), the
 //! cardinality limiter ([`limiter`]), the telemetry thread's [`pipeline`], the export [`queue`],
-//! the exporter thread ([`sender`]), the exported [`resource`] and the bounded user-tag attribute
-//! ([`tags`]). The only module that imports
+//! the exporter thread ([`sender`]), the exported [`resource`], the bounded user-tag attribute
+//! ([`tags`]) and the aggregation of each instrument ([`views`]). The only module that imports
 //! `opentelemetry*`; it reaches the rest of the plugin only through `crate::telemetry`'s traits and
 //! plain values, never the communicator registry.
 //!
@@ -25,6 +25,7 @@ pub mod queue;
 pub mod resource;
 pub mod sender;
 pub mod tags;
+pub mod views;
 
 pub use catalogue::SIZE_BOUNDS;
 pub use queue::{ExportStats, stats};

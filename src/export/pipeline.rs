@@ -15,12 +15,13 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline as SdkPipeline, SdkMeterProvider, Stream};
+use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline as SdkPipeline, SdkMeterProvider};
 
 use super::catalogue::{Instruments, OpInstruments};
 use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
 use super::resource::resource;
 use super::tags::UserTags;
+use super::views::view;
 use super::{queue, sdk_temporality};
 use crate::aggregate::PHASES;
 use crate::aggregate::bandwidth::{UNKNOWN_CLASS, bus_factor, size_class_name};
@@ -110,14 +111,10 @@ impl Pipeline {
                 .with_temporality(sdk_temporality(export.temporality))
                 .build(),
         ));
-        // Above ours: every set we admit plus the overflow set, twice for delta's two intervals.
-        let sdk_limit = 2 * export.cardinality_limit as usize + 2;
         let provider = SdkMeterProvider::builder()
             .with_resource(resource(export))
             .with_reader(reader.clone())
-            .with_view(move |_: &opentelemetry_sdk::metrics::Instrument| {
-                Stream::builder().with_cardinality_limit(sdk_limit).build().ok()
-            })
+            .with_view(view(export))
             .build();
         let scope = InstrumentationScope::builder("nccl-profiler-otel")
             .with_version(env!("CARGO_PKG_VERSION"))
