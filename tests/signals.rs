@@ -489,3 +489,29 @@ fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
         .map(|p| p.value)
         .fold(0.0, f64::max)
 }
+
+/// docs/prometheus.md lists every metric of docs/metrics.md's catalogue with the names Prometheus
+/// gives its series (the translation of tests/prom_support), and nothing else.
+#[test]
+fn prometheus_md_lists_every_translated_name() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus.md");
+    let doc = std::fs::read_to_string(path).expect("docs/prometheus.md");
+    let rows: Vec<String> = sx::catalogue()
+        .iter()
+        .map(|(name, instrument, unit, _)| {
+            let base = prom_support::translated(name, unit, instrument == "Gauge");
+            let series = match instrument.as_str() {
+                "Counter" => format!("`{base}_total`"),
+                "Histogram" => format!("`{base}_bucket`, `{base}_sum`, `{base}_count`"),
+                _ => format!("`{base}`"),
+            };
+            format!("| `{name}` | {instrument} | {series} |")
+        })
+        .collect();
+    let listed: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `nccl.")).collect();
+    assert!(
+        listed == rows.iter().map(String::as_str).collect::<Vec<_>>(),
+        "docs/prometheus.md must list exactly these rows, in this order:\n{}",
+        rows.join("\n")
+    );
+}

@@ -3,9 +3,10 @@
 //! Prometheus 2.42 (Debian's, the one CI installs) has no OTLP receiver, so the series are made by
 //! the documented OTLP → Prometheus translation that its later OTLP receiver and the Collector's
 //! Prometheus exporters apply (OpenTelemetry specification, "Prometheus and OpenMetrics
-//! Compatibility"): dots become underscores in metric and label names; the unit is appended
-//! (`s` → `_seconds`, `By` → `_bytes`, `By/s` → `_bytes_per_second`, `1` → `_ratio` on gauges,
-//! `{…}` dropped); monotonic sums get `_total`; histograms become `_bucket{le}` (cumulative),
+//! Compatibility", as Prometheus' `otlptranslator` implements it): dots become underscores in metric
+//! and label names; the unit is appended unless the name already has it as a word (`s` →
+//! `_seconds`, `By` → `_bytes`, `By/s` → `_bytes_per_second`, `1` → `_ratio` on gauges, `{…}`
+//! dropped): `nccl.link.bytes` stays `nccl_link_bytes`; monotonic sums get `_total`; histograms become `_bucket{le}` (cumulative),
 //! `_sum` and `_count`; `service.name` becomes the `job` label. Each export request is one step of
 //! the test's interval.
 
@@ -21,25 +22,31 @@ use crate::otlp_receiver as rx;
 /// A series' samples, one per step (`None`: no sample then).
 pub type Series = BTreeMap<String, Vec<Option<f64>>>;
 
-fn unit_suffix(unit: &str, gauge: bool) -> Option<&'static str> {
-    match unit {
-        "s" => Some("seconds"),
-        "By" => Some("bytes"),
-        "By/s" => Some("bytes_per_second"),
-        "1" if gauge => Some("ratio"),
-        _ => None,
-    }
-}
-
 /// The Prometheus name of an OTLP metric (without `_total`, `_bucket`, … suffixes).
 pub fn name(m: &Metric) -> String {
-    let gauge = matches!(m.data, Some(metric::Data::Gauge(_)));
-    let mut name = m.name.replace('.', "_");
-    if let Some(suffix) = unit_suffix(&m.unit, gauge) {
-        name.push('_');
-        name.push_str(suffix);
+    translated(&m.name, &m.unit, matches!(m.data, Some(metric::Data::Gauge(_))))
+}
+
+/// The Prometheus name of metric `name` with `unit` (a gauge's or not), without the `_total`,
+/// `_bucket`, … suffixes.
+pub fn translated(name: &str, unit: &str, gauge: bool) -> String {
+    let mut words: Vec<&str> = name
+        .split(|c: char| !c.is_ascii_alphanumeric() && c != ':')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let (main, per) = match unit {
+        "s" => (Some("seconds"), None),
+        "By" => (Some("bytes"), None),
+        "By/s" => (Some("bytes"), Some("per_second")),
+        _ => (None, None),
+    };
+    words.extend(main.filter(|m| !words.contains(m)));
+    words.extend(per);
+    if unit == "1" && gauge {
+        words.retain(|w| *w != "ratio");
+        words.push("ratio");
     }
-    name
+    words.join("_")
 }
 
 /// The value of attribute `key`, as a string.
