@@ -22,6 +22,8 @@ mod emulator;
 mod export_support;
 mod otlp_receiver;
 mod prom_support;
+#[path = "signals/prometheus.rs"]
+mod prometheus;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +33,6 @@ use emulator::release::{self, Release};
 use emulator::{Call, CommSpec, Late, Link, Network, Plugin, Report, Stall, Workload, logger};
 use export_support as sx;
 use otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
-use prom_support::Expect;
 
 const INTERVAL: f64 = 0.25;
 const THRESHOLD: f64 = 1.0;
@@ -66,17 +67,6 @@ fn decode(text: &str) -> Vec<ExportMetricsServiceRequest> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
-}
-
-/// When a request was collected (its first point's time).
-fn collected(req: &ExportMetricsServiceRequest) -> SystemTime {
-    let t = metrics(std::slice::from_ref(req))
-        .into_iter()
-        .flat_map(points)
-        .map(|p| p.time)
-        .find(|&t| t > 0)
-        .unwrap_or(0);
-    UNIX_EPOCH + Duration::from_nanos(t)
 }
 
 /// Every point of `name` of communicator `hash`, rank `rank`: (time, attributes, value, count).
@@ -308,186 +298,9 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
         }
     }
 
-    promtool(&reqs, &scenarios, &lates, stalled);
+    prometheus::promtool(&reqs, &scenarios, &lates, stalled);
+    prometheus::server(&reqs, &scenarios, &lates, stalled, slow);
     p.close();
-}
-
-/// The Prometheus rules on each scenario's series.
-fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], lates: &[(u64, Late)], stalled: u64) {
-    let mut yaml = format!("rule_files:\n  - {RULES}\nevaluation_interval: {STEP_SECS}s\ntests:\n");
-    for (i, s) in scenarios.iter().enumerate() {
-        let to = scenarios.get(i + 1).map(|n| n.from);
-        let own: Vec<ExportMetricsServiceRequest> = reqs
-            .iter()
-            .filter(|r| collected(r) >= s.from && to.is_none_or(|to| collected(r) < to))
-            .cloned()
-            .collect();
-        let hash = format!("{:#x}", s.hash);
-        let series = prom_support::series(&own, |attrs| {
-            prom_support::attr(attrs, "nccl.comm.hash").as_deref() == Some(hash.as_str())
-        });
-        let last = own.len().saturating_sub(1);
-        let comm = |extra: &[(&str, &str)]| {
-            let name = series
-                .keys()
-                .find_map(|k| k.split("nccl_comm_name=\"").nth(1)?.split('"').next())
-                .unwrap_or_default()
-                .to_owned();
-            let mut l: BTreeMap<String, String> = [
-                ("job", "nccl".to_owned()),
-                ("nccl_comm_hash", hash.clone()),
-                ("nccl_comm_name", name),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
-            l.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-            l
-        };
-        let none = |alert, step| Expect {
-            alert,
-            step,
-            fired: Vec::new(),
-        };
-        let all_silent = |step| {
-            ["NcclHang", "NcclRankStuck", "NcclStraggler", "NcclSlowLink"]
-                .into_iter()
-                .map(move |a| none(a, step))
-        };
-        let expect: Vec<Expect> = match s.hash {
-            h if h == stalled => {
-                // The first export with a rank's stuck series.
-                let step = own
-                    .iter()
-                    .position(|r| {
-                        let stuck = series_at(r, "nccl.progress.hang.stuck");
-                        stuck > 0.0
-                    })
-                    .expect("an export during the stall");
-                let l = comm(&[("severity", "critical"), ("nccl_peer", "1")]);
-                let summary = format!("Hang on communicator stall ({hash}), stuck on peer 1");
-                let r = comm(&[("severity", "critical"), ("nccl_rank", "1")]);
-                let rank = format!("Rank 1 of communicator stall ({hash}) is stuck");
-                vec![
-                    Expect {
-                        alert: "NcclHang",
-                        step,
-                        fired: vec![(l, summary)],
-                    },
-                    Expect {
-                        alert: "NcclRankStuck",
-                        step,
-                        fired: vec![(r, rank)],
-                    },
-                    none("NcclStraggler", step),
-                ]
-            }
-            h if lates.iter().any(|(l, _)| *l == h) => {
-                let l = comm(&[("severity", "warning"), ("nccl_peer", "2")]);
-                let name = l["nccl_comm_name"].clone();
-                let summary = format!("Straggler rank 2 in job nccl, communicator {name}");
-                vec![
-                    Expect {
-                        alert: "NcclStraggler",
-                        step: last,
-                        fired: vec![(l, summary)],
-                    },
-                    none("NcclHang", last),
-                    none("NcclSlowLink", last),
-                ]
-            }
-            0x5104_0102 => {
-                let l = comm(&[
-                    ("severity", "warning"),
-                    ("nccl_rank", "1"),
-                    ("nccl_peer", "2"),
-                    ("nccl_nranks", "3"),
-                ]);
-                let summary = "Slow link 1 -> 2 on communicator slowlink".to_owned();
-                vec![
-                    Expect {
-                        alert: "NcclSlowLink",
-                        step: last,
-                        fired: vec![(l, summary)],
-                    },
-                    none("NcclStraggler", last),
-                    none("NcclHang", last),
-                ]
-            }
-            _ => all_silent(last / 2).chain(all_silent(last)).collect(),
-        };
-        eprintln!("{}: {} exports, {} series", s.name, own.len(), series.len());
-        prom_support::test_case(&mut yaml, s.name, STEP_SECS, &series, &expect);
-    }
-    let file = std::env::temp_dir().join(format!("nccl-otel-rules-test-{}.yml", std::process::id()));
-    std::fs::write(&file, &yaml).unwrap();
-    let check = std::process::Command::new("promtool")
-        .args(["check", "rules", RULES])
-        .output();
-    let Ok(check) = check else {
-        assert!(
-            std::env::var_os("REQUIRE_PROMTOOL").is_none(),
-            "promtool not found (apt-get install prometheus)"
-        );
-        eprintln!(
-            "promtool not found: the rules were not checked (test input: {})",
-            file.display()
-        );
-        return;
-    };
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
-    let test = std::process::Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    // On failure, the input series the rules read: the file is gone with CI's machine.
-    let inputs = || {
-        let used = [
-            "- name: ",
-            "nccl_link_bandwidth",
-            "peer_wait_seconds_sum",
-            "peer_wait_seconds_count",
-            "hang_stuck",
-        ];
-        let lines: Vec<&str> = yaml.lines().collect();
-        let shown = lines
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| used.iter().any(|u| l.contains(u)));
-        shown
-            .flat_map(|(i, l)| {
-                [
-                    *l,
-                    lines
-                        .get(i + 1)
-                        .filter(|n| n.contains("values:"))
-                        .copied()
-                        .unwrap_or(""),
-                ]
-            })
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    assert!(
-        test.status.success(),
-        "promtool test rules {}:\n{}{}\ninput series the rules read:\n{}",
-        file.display(),
-        String::from_utf8_lossy(&test.stdout),
-        String::from_utf8_lossy(&test.stderr),
-        inputs()
-    );
-}
-
-/// The largest value of gauge `name` in one request.
-fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
-    metrics(std::slice::from_ref(req))
-        .into_iter()
-        .filter(|m| m.name == name)
-        .flat_map(points)
-        .map(|p| p.value)
-        .fold(0.0, f64::max)
 }
 
 /// docs/prometheus.md lists every metric of docs/metrics.md's catalogue with the names Prometheus
@@ -499,13 +312,11 @@ fn prometheus_md_lists_every_translated_name() {
     let rows: Vec<String> = sx::catalogue()
         .iter()
         .map(|(name, instrument, unit, _)| {
-            let base = prom_support::translated(name, unit, instrument == "Gauge");
-            let series = match instrument.as_str() {
-                "Counter" => format!("`{base}_total`"),
-                "Histogram" => format!("`{base}_bucket`, `{base}_sum`, `{base}_count`"),
-                _ => format!("`{base}`"),
-            };
-            format!("| `{name}` | {instrument} | {series} |")
+            let series: Vec<String> = prom_support::series_names(name, instrument, unit)
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect();
+            format!("| `{name}` | {instrument} | {} |", series.join(", "))
         })
         .collect();
     let listed: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `nccl.")).collect();

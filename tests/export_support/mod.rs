@@ -470,7 +470,7 @@ pub fn catalogue() -> Vec<(String, String, String, Vec<String>)> {
 }
 
 /// Documented attribute-key groups, expanded (`comm` is the four communicator attributes).
-fn expand(keys: &[String]) -> Vec<String> {
+pub fn expand(keys: &[String]) -> Vec<String> {
     keys.iter()
         .flat_map(|k| match k.as_str() {
             "comm" => vec![

@@ -7,11 +7,16 @@
 //! and label names; the unit is appended unless the name already has it as a word (`s` →
 //! `_seconds`, `By` → `_bytes`, `By/s` → `_bytes_per_second`, `1` → `_ratio` on gauges, `{…}`
 //! dropped): `nccl.link.bytes` stays `nccl_link_bytes`; monotonic sums get `_total`; histograms become `_bucket{le}` (cumulative),
-//! `_sum` and `_count`; `service.name` becomes the `job` label. Each export request is one step of
-//! the test's interval.
+//! `_sum` and `_count`; `service.name` becomes the `job` label and `service.instance.id` the
+//! `instance` label. Each export request is one step: of the test's interval for `promtool test
+//! rules`, at its collection time in OpenMetrics for a real server (`server`).
+
+pub mod dashboard;
+pub mod server;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -49,17 +54,46 @@ pub fn translated(name: &str, unit: &str, gauge: bool) -> String {
     words.join("_")
 }
 
+/// The series Prometheus makes of metric `name`, an `instrument` (`Counter`, `Histogram`,
+/// `Gauge` or `UpDownCounter`, as docs/metrics.md names them) with `unit`.
+pub fn series_names(name: &str, instrument: &str, unit: &str) -> Vec<String> {
+    let base = translated(name, unit, instrument == "Gauge");
+    match instrument {
+        "Counter" => vec![format!("{base}_total")],
+        "Histogram" => ["bucket", "sum", "count"]
+            .iter()
+            .map(|s| format!("{base}_{s}"))
+            .collect(),
+        _ => vec![base],
+    }
+}
+
 /// The value of attribute `key`, as a string.
 pub fn attr(attrs: &[KeyValue], key: &str) -> Option<String> {
     rx::attrs(attrs).remove(key)
 }
 
-fn labels(job: &str, attrs: &[KeyValue], extra: Option<(&str, String)>) -> BTreeMap<String, String> {
+/// When a request was collected (its first point's time).
+pub fn collected(req: &ExportMetricsServiceRequest) -> SystemTime {
+    let t = rx::metrics(std::slice::from_ref(req))
+        .into_iter()
+        .flat_map(rx::points)
+        .map(|p| p.time)
+        .find(|&t| t > 0)
+        .unwrap_or(0);
+    UNIX_EPOCH + Duration::from_nanos(t)
+}
+
+/// The labels of a point: its attributes, and `job` and `instance` from the resource's.
+fn labels(resource: &[KeyValue], attrs: &[KeyValue], extra: Option<(&str, String)>) -> BTreeMap<String, String> {
     let mut l: BTreeMap<String, String> = rx::attrs(attrs)
         .into_iter()
         .map(|(k, v)| (k.replace('.', "_"), v))
         .collect();
-    l.insert("job".into(), job.into());
+    l.insert("job".into(), attr(resource, "service.name").unwrap_or_default());
+    if let Some(instance) = attr(resource, "service.instance.id") {
+        l.insert("instance".into(), instance);
+    }
     if let Some((k, v)) = extra {
         l.insert(k.into(), v);
     }
@@ -82,7 +116,6 @@ pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -
     for (step, req) in reqs.iter().enumerate() {
         for rm in &req.resource_metrics {
             let resource = rm.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
-            let job = attr(resource, "service.name").unwrap_or_default();
             for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
                 let base = name(m);
                 let numbers = match &m.data {
@@ -93,7 +126,7 @@ pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -
                 for (name, p) in numbers.iter().flat_map(|(n, ps)| ps.iter().map(move |p| (n, p))) {
                     if keep(&p.attributes) {
                         put(
-                            selector(name, &labels(&job, &p.attributes, None)),
+                            selector(name, &labels(resource, &p.attributes, None)),
                             step,
                             number(p.value),
                         );
@@ -103,14 +136,14 @@ pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -
                     continue;
                 };
                 for p in h.data_points.iter().filter(|p| keep(&p.attributes)) {
-                    let l = labels(&job, &p.attributes, None);
+                    let l = labels(resource, &p.attributes, None);
                     put(selector(&format!("{base}_count"), &l), step, p.count as f64);
                     put(selector(&format!("{base}_sum"), &l), step, p.sum.unwrap_or(0.0));
                     let mut cumulative = 0;
                     let bounds = p.explicit_bounds.iter().map(|b| b.to_string()).chain(["+Inf".into()]);
                     for (le, n) in bounds.zip(&p.bucket_counts) {
                         cumulative += n;
-                        let l = labels(&job, &p.attributes, Some(("le", le)));
+                        let l = labels(resource, &p.attributes, Some(("le", le)));
                         put(selector(&format!("{base}_bucket"), &l), step, cumulative as f64);
                     }
                 }
@@ -118,6 +151,30 @@ pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -
         }
     }
     out
+}
+
+/// The requests' samples in the OpenMetrics text format, each at its request's collection time,
+/// for `promtool tsdb create-blocks-from openmetrics`. No metadata: every family is `unknown`
+/// typed, which keeps the translated names (`_total`, `_bucket`, …) as they are.
+pub fn openmetrics(reqs: &[ExportMetricsServiceRequest]) -> String {
+    let times: Vec<f64> = reqs
+        .iter()
+        .map(|r| {
+            collected(r)
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64()
+        })
+        .collect();
+    let mut out = String::new();
+    for (key, values) in series(reqs, |_| true) {
+        for (v, t) in values.iter().zip(&times) {
+            if let Some(v) = v {
+                let _ = writeln!(out, "{key} {v} {t:.3}");
+            }
+        }
+    }
+    out + "# EOF\n"
 }
 
 fn number(v: Option<number_data_point::Value>) -> f64 {

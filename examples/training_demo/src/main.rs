@@ -1,4 +1,4 @@
-//! The README's main job: `cargo run --release --example training_demo`.
+//! The README's main job: `cargo run --release -p training-demo`.
 //!
 //! Loads the built plugin the way NCCL does (`dlopen` of `libnccl_profiler_otel.so`, then the
 //! newest `ncclProfiler_vN` the emulated NCCL release knows; `--nccl 2.31.2` picks the release,
@@ -9,9 +9,9 @@
 //! plugin's regression (`MIN` mode unless set), where the slow link stands out. No collector or
 //! GPU needed.
 
-#[path = "../tests/emulator/mod.rs"]
+#[path = "../../../tests/emulator/mod.rs"]
 mod emulator;
-#[path = "../tests/otlp_receiver/mod.rs"]
+#[path = "../../../tests/otlp_receiver/mod.rs"]
 mod otlp_receiver;
 
 use std::collections::BTreeMap;

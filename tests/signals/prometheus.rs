@@ -1,0 +1,453 @@
+//! The signals' Prometheus side: `promtool test rules` on each scenario's series, then a real
+//! Prometheus server over all the scenarios' exports (backfilled as OpenMetrics), which evaluates
+//! the rules itself and answers every query of the Grafana dashboard.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use crate::emulator::Late;
+use crate::export_support as sx;
+use crate::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+use crate::prom_support::server::{Row, Server};
+use crate::prom_support::{self, Expect, dashboard};
+use crate::{RULES, STEP_SECS, Scenario};
+
+/// The plugin's `service.instance.id`, the `instance` label of its series.
+fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
+    let resource = reqs[0].resource_metrics[0].resource.as_ref().expect("a resource");
+    prom_support::attr(&resource.attributes, "service.instance.id").expect("service.instance.id")
+}
+
+/// The Prometheus rules on each scenario's series.
+pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], lates: &[(u64, Late)], stalled: u64) {
+    let instance = instance(reqs);
+    let mut yaml = format!("rule_files:\n  - {RULES}\nevaluation_interval: {STEP_SECS}s\ntests:\n");
+    for (i, s) in scenarios.iter().enumerate() {
+        let to = scenarios.get(i + 1).map(|n| n.from);
+        let own: Vec<ExportMetricsServiceRequest> = reqs
+            .iter()
+            .filter(|r| prom_support::collected(r) >= s.from && to.is_none_or(|to| prom_support::collected(r) < to))
+            .cloned()
+            .collect();
+        let hash = format!("{:#x}", s.hash);
+        let series = prom_support::series(&own, |attrs| {
+            prom_support::attr(attrs, "nccl.comm.hash").as_deref() == Some(hash.as_str())
+        });
+        let last = own.len().saturating_sub(1);
+        let comm = |extra: &[(&str, &str)]| {
+            let name = series
+                .keys()
+                .find_map(|k| k.split("nccl_comm_name=\"").nth(1)?.split('"').next())
+                .unwrap_or_default()
+                .to_owned();
+            let mut l: BTreeMap<String, String> = [
+                ("job", "nccl".to_owned()),
+                ("nccl_comm_hash", hash.clone()),
+                ("nccl_comm_name", name),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+            l.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+            l
+        };
+        let none = |alert, step| Expect {
+            alert,
+            step,
+            fired: Vec::new(),
+        };
+        let all_silent = |step| {
+            ["NcclHang", "NcclRankStuck", "NcclStraggler", "NcclSlowLink"]
+                .into_iter()
+                .map(move |a| none(a, step))
+        };
+        let expect: Vec<Expect> = match s.hash {
+            h if h == stalled => {
+                // The first export with a rank's stuck series.
+                let step = own
+                    .iter()
+                    .position(|r| {
+                        let stuck = series_at(r, "nccl.progress.hang.stuck");
+                        stuck > 0.0
+                    })
+                    .expect("an export during the stall");
+                let l = comm(&[("severity", "critical"), ("nccl_peer", "1")]);
+                let summary = format!("Hang on communicator stall ({hash}), stuck on peer 1");
+                let r = comm(&[("severity", "critical"), ("nccl_rank", "1")]);
+                let rank = format!("Rank 1 of communicator stall ({hash}) is stuck");
+                vec![
+                    Expect {
+                        alert: "NcclHang",
+                        step,
+                        fired: vec![(l, summary)],
+                    },
+                    Expect {
+                        alert: "NcclRankStuck",
+                        step,
+                        fired: vec![(r, rank)],
+                    },
+                    none("NcclStraggler", step),
+                ]
+            }
+            h if lates.iter().any(|(l, _)| *l == h) => {
+                let l = comm(&[("severity", "warning"), ("nccl_peer", "2")]);
+                let name = l["nccl_comm_name"].clone();
+                let summary = format!("Straggler rank 2 in job nccl, communicator {name}");
+                vec![
+                    Expect {
+                        alert: "NcclStraggler",
+                        step: last,
+                        fired: vec![(l, summary)],
+                    },
+                    none("NcclHang", last),
+                    none("NcclSlowLink", last),
+                ]
+            }
+            0x5104_0102 => {
+                let l = comm(&[
+                    ("severity", "warning"),
+                    ("nccl_rank", "1"),
+                    ("nccl_peer", "2"),
+                    ("nccl_nranks", "3"),
+                    ("instance", &instance),
+                ]);
+                let summary = "Slow link 1 -> 2 on communicator slowlink".to_owned();
+                vec![
+                    Expect {
+                        alert: "NcclSlowLink",
+                        step: last,
+                        fired: vec![(l, summary)],
+                    },
+                    none("NcclStraggler", last),
+                    none("NcclHang", last),
+                ]
+            }
+            _ => all_silent(last / 2).chain(all_silent(last)).collect(),
+        };
+        eprintln!("{}: {} exports, {} series", s.name, own.len(), series.len());
+        prom_support::test_case(&mut yaml, s.name, STEP_SECS, &series, &expect);
+    }
+    let file = std::env::temp_dir().join(format!("nccl-otel-rules-test-{}.yml", std::process::id()));
+    std::fs::write(&file, &yaml).unwrap();
+    let check = std::process::Command::new("promtool")
+        .args(["check", "rules", RULES])
+        .output();
+    let Ok(check) = check else {
+        assert!(
+            std::env::var_os("REQUIRE_PROMTOOL").is_none(),
+            "promtool not found (apt-get install prometheus)"
+        );
+        eprintln!(
+            "promtool not found: the rules were not checked (test input: {})",
+            file.display()
+        );
+        return;
+    };
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    let test = std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    // On failure, the input series the rules read: the file is gone with CI's machine.
+    let inputs = || {
+        let used = [
+            "- name: ",
+            "nccl_link_bandwidth",
+            "peer_wait_seconds_sum",
+            "peer_wait_seconds_count",
+            "hang_stuck",
+        ];
+        let lines: Vec<&str> = yaml.lines().collect();
+        let shown = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| used.iter().any(|u| l.contains(u)));
+        shown
+            .flat_map(|(i, l)| {
+                [
+                    *l,
+                    lines
+                        .get(i + 1)
+                        .filter(|n| n.contains("values:"))
+                        .copied()
+                        .unwrap_or(""),
+                ]
+            })
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        test.status.success(),
+        "promtool test rules {}:\n{}{}\ninput series the rules read:\n{}",
+        file.display(),
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr),
+        inputs()
+    );
+}
+
+/// The largest value of gauge `name` in one request.
+fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
+    metrics(std::slice::from_ref(req))
+        .into_iter()
+        .filter(|m| m.name == name)
+        .flat_map(points)
+        .map(|p| p.value)
+        .fold(0.0, f64::max)
+}
+
+/// Whether Prometheus and promtool are here; without them the server checks are skipped with a
+/// message, unless `REQUIRE_PROMTOOL` is set (CI).
+fn have_prometheus() -> bool {
+    let found = ["prometheus", "promtool"].iter().all(|tool| {
+        std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(
+        found || std::env::var_os("REQUIRE_PROMTOOL").is_none(),
+        "prometheus or promtool not found (apt-get install prometheus)"
+    );
+    if !found {
+        eprintln!("prometheus not found: the dashboard's queries and the rules were not run on a server");
+    }
+    found
+}
+
+/// Polls `check` every 200 ms until it holds or 30 s pass; the last answer either way.
+fn eventually<T>(mut check: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = check();
+        if r.is_ok() || std::time::Instant::now() > deadline {
+            return r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn has(row: &Row, labels: &[(&str, &str)]) -> bool {
+    labels
+        .iter()
+        .all(|(k, v)| row.0.get(*k).map(String::as_str) == Some(*v))
+}
+
+/// The row of the smallest (`-1.0`) or largest (`1.0`) value.
+fn extreme(rows: &[Row], sign: f64) -> Option<&Row> {
+    rows.iter().max_by(|a, b| (sign * a.1).total_cmp(&(sign * b.1)))
+}
+
+/// All scenarios' exports on a real Prometheus: backfilled, the rules evaluated by the server
+/// (every rule healthy; the straggler and slow-link alerts pending on their scenarios, nothing on
+/// the healthy one; the hang alerts' queries name peer 1 and rank 1 at the stall), and every
+/// query of the Grafana dashboard answered with the series each panel should show.
+pub fn server(
+    reqs: &[ExportMetricsServiceRequest],
+    scenarios: &[Scenario],
+    lates: &[(u64, Late)],
+    stalled: u64,
+    slow: u64,
+) {
+    if !have_prometheus() {
+        return;
+    }
+    let server = Server::start(&prom_support::openmetrics(reqs), Path::new(RULES)).unwrap_or_else(|e| panic!("{e}"));
+    let fail = |what: String| -> ! { panic!("{what}\nprometheus log:\n{}", server.log()) };
+    let hex = |h: u64| format!("{h:#x}");
+    let (slow, stalled, healthy) = (hex(slow), hex(stalled), hex(scenarios[0].hash));
+
+    // The rules, evaluated by the server from its start over the backfilled samples.
+    let rules = eventually(|| {
+        let rules = server.rules()?;
+        let pending: Vec<_> = rules.iter().filter(|r| r.2 != "ok").collect();
+        if pending.is_empty() {
+            Ok(rules)
+        } else {
+            Err(format!("rules not (yet) healthy: {pending:?}"))
+        }
+    })
+    .unwrap_or_else(|e| fail(e));
+    let mut wanted: Vec<(&str, String, &str)> = lates.iter().map(|(h, _)| ("NcclStraggler", hex(*h), "2")).collect();
+    wanted.push(("NcclSlowLink", slow.clone(), "2"));
+    let alerts = eventually(|| {
+        let alerts = server.alerts()?;
+        let missing: Vec<_> = wanted
+            .iter()
+            .filter(|(name, hash, peer)| {
+                !alerts.iter().any(|a| {
+                    a["alertname"] == *name
+                        && a["nccl_comm_hash"] == *hash
+                        && a.get("nccl_peer").map(String::as_str) == Some(*peer)
+                })
+            })
+            .collect();
+        if missing.is_empty() {
+            Ok(alerts)
+        } else {
+            Err(format!("alerts not active: {missing:?}; active: {alerts:?}"))
+        }
+    })
+    .unwrap_or_else(|e| fail(e));
+    let quiet: Vec<_> = alerts.iter().filter(|a| a["nccl_comm_hash"] == healthy).collect();
+    assert!(quiet.is_empty(), "alerts on the healthy communicator: {quiet:?}");
+    eprintln!(
+        "prometheus: {} rules healthy, {} alerts active",
+        rules.len(),
+        alerts.len()
+    );
+
+    // The hang alerts' queries at the stall's first export with a stuck series.
+    let stuck_at = reqs
+        .iter()
+        .filter(|r| series_at(r, "nccl.progress.hang.stuck") > 0.0)
+        .map(prom_support::collected)
+        .next()
+        .expect("an export during the stall");
+    for (alert, label, value) in [("NcclHang", "nccl_peer", "1"), ("NcclRankStuck", "nccl_rank", "1")] {
+        let query = &rules.iter().find(|r| r.0 == alert).expect(alert).1;
+        let rows = server.query(query, Some(stuck_at)).unwrap_or_else(|e| fail(e));
+        assert!(
+            rows.iter()
+                .any(|r| has(r, &[("nccl_comm_hash", &stalled), (label, value)])),
+            "{alert} at the stall: {rows:?}"
+        );
+    }
+
+    // The recording rules' series.
+    for (record, hash) in [
+        ("nccl:coll_duration:mean5m", &healthy),
+        ("nccl:coll_busbw:mean5m", &slow),
+        ("nccl:link_bandwidth:median5m", &slow),
+    ] {
+        let rows = server
+            .query(&format!("{record}{{nccl_comm_hash=\"{hash}\"}}"), None)
+            .unwrap_or_else(|e| fail(e));
+        assert!(!rows.is_empty(), "{record} of {hash}: no series");
+    }
+
+    // The dashboard: every panel's queries, with the links' communicator the slow-link one.
+    let known = known_names();
+    let vars = [("$__rate_interval", "1m"), ("$job", "nccl"), ("$comm", slow.as_str())];
+    let panels = dashboard::panels(&vars).unwrap_or_else(|e| panic!("{}: {e}", dashboard::PATH));
+    for panel in panels {
+        let mut rows = Vec::new();
+        for q in &panel.queries {
+            let unknown: Vec<&str> = names(q).into_iter().filter(|n| !known.contains(*n)).collect();
+            assert!(unknown.is_empty(), "{}: unknown names {unknown:?} in {q}", panel.title);
+            rows.extend(
+                server
+                    .query(q, None)
+                    .unwrap_or_else(|e| fail(format!("{}: {q}: {e}", panel.title))),
+            );
+        }
+        eprintln!("dashboard: {}: {} series", panel.title, rows.len());
+        let expected = expect(&panel.title, &rows, &slow, &stalled, lates);
+        assert!(
+            expected.is_ok(),
+            "dashboard panel {:?}: {}\n{rows:?}",
+            panel.title,
+            expected.unwrap_err()
+        );
+    }
+}
+
+/// What a dashboard panel must show on the scenarios' data, by its title.
+fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, Late)]) -> Result<(), String> {
+    let nonempty = || {
+        if rows.is_empty() {
+            Err("no series".to_owned())
+        } else {
+            Ok(())
+        }
+    };
+    let link = |min: &Row| has(min, &[("nccl_rank", "1"), ("nccl_peer", "2")]);
+    let all_ranks_of = |hash: &str| {
+        (0..3).all(|r| {
+            rows.iter()
+                .any(|row| has(row, &[("nccl_comm_hash", hash), ("nccl_rank", &r.to_string())]))
+        })
+    };
+    let ok = |holds: bool, what: &str| if holds { Ok(()) } else { Err(what.to_owned()) };
+    match title {
+        t if t.starts_with("Collective time")
+            || t.starts_with("Mean collective")
+            || t.starts_with("Bus bandwidth")
+            || t.starts_with("Operations per second") =>
+        {
+            ok(
+                rows.iter()
+                    .any(|r| r.0.get("nccl_func").is_some_and(|f| f == "AllReduce") && r.1 > 0.0),
+                "no AllReduce",
+            )
+        }
+        t if t.starts_with("Link wire bandwidth, sender") => ok(
+            rows.len() == 3 && extreme(rows, -1.0).is_some_and(link),
+            "3 links, 1 -> 2 the slowest",
+        ),
+        t if t.starts_with("Link latency, sender") => ok(rows.len() == 3, "3 links"),
+        t if t.starts_with("Slowest links") => ok(
+            extreme(rows, -1.0).is_some_and(|r| link(r) && r.0["nccl_comm_hash"] == slow && r.1 < 0.5),
+            "link 1 -> 2 of the slow-link communicator first, below half the median",
+        ),
+        t if t.starts_with("Link wire bandwidth and") || t.starts_with("Bytes sent per link") => nonempty(),
+        t if t.starts_with("Stuck operations") => ok(
+            rows.iter().any(|r| r.0["nccl_comm_hash"] == stalled),
+            "the stall's communicator",
+        ),
+        t if t.starts_with("Hang episodes") => ok(
+            all_ranks_of(stalled) && rows.iter().all(|r| r.0["nccl_comm_hash"] != stalled || r.1 == 1.0),
+            "one episode on each rank of the stall",
+        ),
+        t if t.starts_with("Straggler") => {
+            let lates: Vec<String> = lates.iter().map(|(h, _)| format!("{h:#x}")).collect();
+            ok(
+                extreme(rows, 1.0).is_some_and(|r| lates.contains(&r.0["nccl_comm_hash"]) && r.0["nccl_peer"] == "2"),
+                "rank 2 of a late communicator waited for the longest",
+            )
+        }
+        t if t.starts_with("Initial sync") => ok(
+            lates.iter().all(|(h, _)| all_ranks_of(&format!("{h:#x}"))),
+            "every rank of the late communicators",
+        ),
+        // Every drop reason is exported from the start (at 0); the stall's late records count.
+        t if t.starts_with("Events lost") => ok(
+            rows.iter()
+                .any(|r| r.0.get("nccl_reason").is_some_and(|k| k == "late") && r.1 > 0.0),
+            "the stall's late records",
+        ),
+        // No overflow, invalid GPU interval or panic in these runs: no data, or zeros.
+        t if t.starts_with("Overflows") => ok(rows.iter().all(|r| r.1 == 0.0), "none"),
+        t if t.starts_with("Oldest operation")
+            || t.starts_with("Operations in flight")
+            || t.starts_with("Events recorded")
+            || t.starts_with("Windows")
+            || t.starts_with("Export requests")
+            || t.starts_with("KernelCh") =>
+        {
+            nonempty()
+        }
+        _ => Err("no expectation for this panel in tests/signals/prometheus.rs".to_owned()),
+    }
+}
+
+/// Every Prometheus name the plugin's series can have: the translated series of docs/metrics.md's
+/// catalogue and their labels.
+fn known_names() -> BTreeSet<String> {
+    let mut known = BTreeSet::new();
+    for (name, instrument, unit, keys) in sx::catalogue() {
+        known.extend(prom_support::series_names(&name, &instrument, &unit));
+        known.extend(sx::expand(&keys).iter().map(|k| k.replace('.', "_")));
+    }
+    known
+}
+
+/// The `nccl_…` names a query reads (metrics and labels; recording rules are `nccl:…`).
+fn names(query: &str) -> Vec<&str> {
+    query
+        .split(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != ':')
+        .filter(|w| w.starts_with("nccl_"))
+        .collect()
+}
