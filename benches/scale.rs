@@ -35,13 +35,18 @@ const ITERATIONS: usize = 40;
 const INTERVAL_SECS: f64 = 5.0;
 
 /// (name, NCCL_PROFILER_OTEL_DROP_METRICS, histogram aggregation).
-const VARIANTS: [(&str, &str, &str); 4] = [
+const VARIANTS: [(&str, &str, &str); 5] = [
     ("default", "none", "explicit_bucket_histogram"),
     ("drop channel", "channel", "explicit_bucket_histogram"),
+    (
+        "drop channel, transfer",
+        "channel,transfer",
+        "explicit_bucket_histogram",
+    ),
     ("exponential", "none", "base2_exponential_bucket_histogram"),
     (
-        "drop channel, exponential",
-        "channel",
+        "drop channel, transfer; exponential",
+        "channel,transfer",
         "base2_exponential_bucket_histogram",
     ),
 ];

@@ -181,11 +181,7 @@ fn stdout_writes_the_same_json_lines() {
 #[test]
 #[ignore = "run by stdout_writes_the_same_json_lines in a child process"]
 fn stdout_child() {
-    if std::env::var(CHILD).as_deref() != Ok("stdout") {
-        return;
+    if sx::run_child(CHILD, "stdout", 0x57D0_0001, "stdout") {
+        std::thread::sleep(Duration::from_millis(10));
     }
-    let p = Plugin::in_process();
-    let (c, _) = sx::workload(&p, 0x57D0_0001, "stdout");
-    p.finalize(c.context);
-    std::thread::sleep(Duration::from_millis(10));
 }

@@ -134,9 +134,7 @@ fn http_json_protocol() {
         return;
     }
     let rx = Receiver::start();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "http_json_child", "--ignored", "--test-threads=1"])
-        .env(CHILD, "json")
+    let out = sx::child("http_json_child", CHILD, "json")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint())
         .env("OTEL_EXPORTER_OTLP_COMPRESSION", "none")
@@ -169,32 +167,26 @@ fn http_json_protocol() {
 #[test]
 #[ignore = "run by http_json_protocol in a child process"]
 fn http_json_child() {
-    if std::env::var(CHILD).as_deref() != Ok("json") {
-        return;
-    }
-    let p = Plugin::in_process();
-    let (c, _) = sx::workload(&p, 0x1507_0001, "json");
-    p.finalize(c.context);
+    sx::run_child(CHILD, "json", 0x1507_0001, "json");
 }
 
 /// `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION=base2_exponential_bucket_histogram`
 /// makes every histogram exponential (decoded with the official types), and
-/// `NCCL_PROFILER_OTEL_DROP_METRICS=channel` removes the channel family and nothing else.
+/// `NCCL_PROFILER_OTEL_DROP_METRICS=channel,transfer` removes the channel family and the
+/// per-transfer histograms, and nothing else.
 #[test]
 fn exponential_histograms_and_a_dropped_family() {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
     let rx = Receiver::start();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "exponential_child", "--ignored", "--test-threads=1"])
-        .env(CHILD, "exponential")
+    let out = sx::child("exponential_child", CHILD, "exponential")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", rx.endpoint())
         .env(
             "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
             "base2_exponential_bucket_histogram",
         )
-        .env("NCCL_PROFILER_OTEL_DROP_METRICS", "channel")
+        .env("NCCL_PROFILER_OTEL_DROP_METRICS", "channel,transfer")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")
         .output()
         .unwrap();
@@ -203,10 +195,16 @@ fn exponential_histograms_and_a_dropped_family() {
     assert_eq!(rx.undecodable(), 0);
     let all = metrics(&reqs);
     let names: std::collections::BTreeSet<&str> = all.iter().map(|m| m.name.as_str()).collect();
-    assert!(!names.iter().any(|n| n.starts_with("nccl.channel.")), "{names:?}");
+    let gone = |n: &&str| {
+        ["nccl.channel.", "nccl.coll.transfer", "nccl.p2p.transfer"]
+            .iter()
+            .any(|p| n.starts_with(p))
+    };
+    assert!(!names.iter().any(gone), "{names:?}");
     for kept in [
         "nccl.link.latency",
         "nccl.coll.duration",
+        "nccl.coll.busbw",
         "nccl.profiler.events.recorded",
     ] {
         assert!(names.contains(kept), "{kept} missing: {names:?}");
@@ -247,10 +245,5 @@ fn exponential_histograms_and_a_dropped_family() {
 #[test]
 #[ignore = "run by exponential_histograms_and_a_dropped_family in a child process"]
 fn exponential_child() {
-    if std::env::var(CHILD).as_deref() != Ok("exponential") {
-        return;
-    }
-    let p = Plugin::in_process();
-    let (c, _) = sx::workload(&p, 0xE4B0_0001, "expo");
-    p.finalize(c.context);
+    sx::run_child(CHILD, "exponential", 0xE4B0_0001, "expo");
 }

@@ -301,6 +301,7 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     prometheus::promtool(&reqs, &scenarios, &lates, stalled);
     prometheus::server(&reqs, &scenarios, &lates, stalled, slow);
     p.close();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// docs/prometheus.md lists every metric of docs/metrics.md's catalogue with the names Prometheus

@@ -30,9 +30,9 @@ impl Comm {
             return self.dropped_start(id, parent);
         };
         let push = |w: u8, limit: Option<u64>| self.push_start(id, kind, w, limit, entry);
-        // The parent's window may be full or sealed: then the child goes to the current window,
-        // and the consumer's table of open operations links it.
-        // A parent of an earlier communicator in this slot is stale (counted), not ours.
+        // A child goes to its parent's window; when that is full or sealed, to the current one
+        // (the consumer's table of open operations links it). A parent of an earlier
+        // communicator in this slot is stale (counted), not ours.
         if let Some(p) = parent.filter(|p| p.comm_slot() == id.slot) {
             if !self.epoch_matches(p) {
                 if self.stale(p.window(), p.epoch()) {

@@ -40,8 +40,9 @@ pub const CARDINALITY_LIMIT: &str = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT";
 /// Metric families not exported, comma-separated ([`METRIC_FAMILIES`]), or `none`.
 pub const DROP_METRICS: &str = "NCCL_PROFILER_OTEL_DROP_METRICS";
 
-/// The metric families [`DROP_METRICS`] names: each is every metric named `nccl.<family>.*`.
-pub const METRIC_FAMILIES: [&str; 6] = ["coll", "p2p", "link", "channel", "kernel", "progress"];
+/// The metric families [`DROP_METRICS`] names: each is every metric named `nccl.<family>.*`, but
+/// `transfer`: the per-transfer histograms of collectives and sends (`nccl.{coll,p2p}.transfer*`).
+pub const METRIC_FAMILIES: [&str; 7] = ["coll", "p2p", "transfer", "link", "channel", "kernel", "progress"];
 
 /// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order [`Config::describe`]
 /// prints them.

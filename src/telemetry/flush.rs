@@ -113,12 +113,12 @@ pub fn serve(request: Request, seq: Option<u64>) {
 /// ([`STALLED`]); not at all while exports fail: with a failing or hung collector, a program
 /// that destroys communicators in a loop must not pay the timeout each time, nor an exit after a
 /// last `finalize` that already waited (the data follows with the next request that gets
-/// through). Returns whether it finished in time. Never calls into the SDK here,
-/// never waits past `deadline`, returns at once in a forked child or without a telemetry thread.
+/// through). Never calls into the SDK here, never waits past `deadline`, returns at once in a
+/// forked child or without a telemetry thread.
 /// Called on: a finalizing NCCL thread, the exiting thread (atexit).
-pub fn flush(deadline: Instant, drain_live: bool) -> bool {
+pub fn flush(deadline: Instant, drain_live: bool) {
     if !running() {
-        return false;
+        return;
     }
     let seq = {
         let mut c = CONTROL.lock();
@@ -128,32 +128,24 @@ pub fn flush(deadline: Instant, drain_live: bool) -> bool {
         WAKE.notify_one();
         while c.served < generation {
             if SERVED.wait_until(&mut c, deadline).timed_out() && c.served < generation {
-                return false;
+                return;
             }
         }
         c.seq
     };
-    let Some(seq) = seq else {
-        return true;
-    };
-    let Some(delivery) = DELIVERY.get() else {
-        return false;
+    let (Some(seq), Some(delivery)) = (seq, DELIVERY.get()) else {
+        return;
     };
     if !delivery.healthy() {
-        return false;
+        return;
     }
-    let mut stalled = STALLED.lock();
-    let deadline = match *stalled {
+    let deadline = match *STALLED.lock() {
         Some((pending, at)) if !delivery.wait_exported(pending, Instant::now()) => deadline.min(at),
         _ => deadline,
     };
-    drop(stalled);
-    let done = delivery.wait_exported(seq, deadline);
-    if !done {
-        stalled = STALLED.lock();
-        *stalled = Some((seq, deadline));
+    if !delivery.wait_exported(seq, deadline) {
+        *STALLED.lock() = Some((seq, deadline));
     }
-    done
 }
 
 /// The deadline of a flush started now: the export timeout plus [`FLUSH_MARGIN`].

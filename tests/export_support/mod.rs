@@ -225,6 +225,19 @@ pub fn child(test: &str, var: &str, case: &str) -> Command {
     cmd
 }
 
+/// The body of a child-process test started by [`child`]: when `var` is `case`, drives
+/// [`workload`] (`hash`, `name`) through the in-process plugin, finalizes it and returns `true`;
+/// in any other process (the parent's own run of the test) does nothing and returns `false`.
+pub fn run_child(var: &str, case: &str, hash: u64, name: &'static str) -> bool {
+    if std::env::var(var).as_deref() != Ok(case) {
+        return false;
+    }
+    let p = Plugin::in_process();
+    let (c, _) = workload(&p, hash, name);
+    p.finalize(c.context);
+    true
+}
+
 /// Every request `receiver` saw was OTLP/HTTP protobuf posted to `/v1/metrics`.
 pub fn assert_protobuf_to_v1_metrics(receiver: &rx::Receiver) {
     let seen = receiver.seen();

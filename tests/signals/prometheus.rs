@@ -186,6 +186,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
         String::from_utf8_lossy(&test.stderr),
         inputs()
     );
+    let _ = std::fs::remove_file(&file);
 }
 
 /// The largest value of gauge `name` in one request.

@@ -12,12 +12,13 @@ fn dropped_families_and_histograms() {
         ("channel", vec!["channel"]),
         (" link , Channel,link", vec!["link", "channel"]),
         ("progress,kernel,p2p,coll", vec!["coll", "p2p", "kernel", "progress"]),
+        ("channel,Transfer", vec!["transfer", "channel"]),
     ] {
         let (config, warnings) = load(&[(DROP_METRICS, value)]);
         assert!(warnings.is_empty(), "{value}: {warnings:?}");
         assert_eq!(config.export.dropped, expected, "{value}");
     }
-    for value in ["profiler", "channel,", "channels", "link;channel", "all"] {
+    for value in ["profiler", "channel,", "channels", "transfers", "link;channel", "all"] {
         assert_rejected(DROP_METRICS, value, "none");
     }
     for (value, expected) in [
