@@ -1,6 +1,6 @@
 //! Which aggregation each instrument gets, as the one SDK view of the provider: every stream keeps
 //! the SDK's cardinality limit above ours; the families `NCCL_PROFILER_OTEL_DROP_METRICS` names are
-//! dropped (neither aggregated nor exported; names are matched by prefix); histograms keep the catalogue's explicit buckets or,
+//! dropped (neither aggregated nor exported); histograms keep the catalogue's explicit buckets or,
 //! with `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION`, get base-2 exponential ones.
 //! Called on: the telemetry thread (when instruments are created).
 #![forbid(unsafe_code)]
