@@ -312,12 +312,6 @@ fn own_parent(parent: u64, kinds: &[Kind]) -> Option<Handle> {
     Handle::decode(parent).filter(|h| kinds.contains(&h.kind()))
 }
 
-/// Our handle behind `eHandle` with its live communicator; counted when NULL or stale.
-fn event(owner: &Owner, handle: *mut c_void) -> Option<(Handle, &'static Comm)> {
-    let h = decode(handle)?;
-    Some((h, live(owner, h.comm_slot())?.1))
-}
-
 /// `eHandle` decoded as one of our handles (not yet checked live); counted when NULL or invalid.
 fn decode(handle: *mut c_void) -> Option<Handle> {
     if handle.is_null() {
@@ -352,10 +346,14 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
         .is_some_and(|h| matches!(h.kind(), Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
-        // Group and API events are not stopped in records; a KernelPhase ends with its
-        // KernelPhaseStop.
-        let unstopped = |h: &Handle| matches!(h.kind(), Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase);
-        if let Some((h, comm)) = event(owner, handle).filter(|(h, _)| !unstopped(h)) {
+        let Some(h) = decode(handle) else { return };
+        // Group and API events are not stopped in records, and a KernelPhase ends with its
+        // KernelPhaseStop: their stops are ignored before the communicator is looked up, live
+        // or stale alike (as ignored states are).
+        if matches!(h.kind(), Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase) {
+            return;
+        }
+        if let Some((_, comm)) = live(owner, h.comm_slot()) {
             comm.append(h, ts, Body::Stop);
         }
     })
