@@ -149,7 +149,7 @@ fn child(variant: usize) {
     for c in comms {
         workload = workload.comm(c.channels(CHANNELS).emulate([0]));
     }
-    // Exports while the communicators live: the run, then two intervals.
+    // The exports of the run (which finalizes the communicators), then of two more intervals.
     workload.run(&plugin);
     std::thread::sleep(Duration::from_millis(2500));
     let reqs = receiver.requests();

@@ -54,8 +54,8 @@ pub fn translated(name: &str, unit: &str, gauge: bool) -> String {
     words.join("_")
 }
 
-/// The series Prometheus makes of metric `name`, an `instrument` (`Counter`, `Histogram`,
-/// `Gauge` or `UpDownCounter`, as docs/metrics.md names them) with `unit`.
+/// The series Prometheus makes of metric `name`, an `instrument` (`Counter`, `Histogram` or
+/// `Gauge`, as docs/metrics.md names them) with `unit`.
 pub fn series_names(name: &str, instrument: &str, unit: &str) -> Vec<String> {
     let base = translated(name, unit, instrument == "Gauge");
     match instrument {
