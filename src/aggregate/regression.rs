@@ -9,37 +9,7 @@
 //! not cancel; a returned [`Fit`] has finite fields, `slope > 0` and `0 <= r2 <= 1`.
 #![forbid(unsafe_code)]
 
-/// Which points a [`Samples`] fit uses (`NCCL_PROFILER_LINEAR_REGRESSION_MODE`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Every sample.
-    Avg,
-    /// For each distinct size, a low percentile ([`MIN_QUANTILE`]) of its times: the best-case
-    /// path, robust to queueing noise and to the rare sample a preempted thread made too short.
-    Min,
-}
-
-impl Mode {
-    /// Parses `AVG` or `MIN`, ignoring ASCII case and surrounding whitespace.
-    pub fn parse(s: &str) -> Option<Mode> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("avg") {
-            Some(Mode::Avg)
-        } else if s.eq_ignore_ascii_case("min") {
-            Some(Mode::Min)
-        } else {
-            None
-        }
-    }
-
-    /// The canonical spelling, `AVG` or `MIN`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Avg => "AVG",
-            Mode::Min => "MIN",
-        }
-    }
-}
+pub use crate::config::Mode;
 
 /// A fitted line `secs = intercept + slope * bytes`.
 #[derive(Clone, Copy, Debug, PartialEq)]

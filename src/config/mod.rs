@@ -1,7 +1,7 @@
 //! Every environment variable the plugin reads, parsed once per process into [`Config`]: the
-//! names ([`vars`]), the reader that applies the warning rules ([`reader`]), the value parsers and
-//! printers ([`parse`]), and the export settings' resolution through the standard OpenTelemetry
-//! variables ([`chain`]).
+//! table of our variables and the names of the others ([`vars`]), the reader that applies the
+//! warning rules ([`reader`]), the value parsers and printers ([`parse`]), the resolution of the
+//! standard OpenTelemetry variables ([`chain`]) and the regression mode ([`Mode`]).
 //!
 //! [`Config::from_lookup`] takes a lookup function and returns the configuration plus one warning
 //! per bad variable; its only I/O is reading the CA file named by [`TLS_STANDARD`] (cargo feature
@@ -18,15 +18,21 @@
 //! Export settings fall back to the standard OpenTelemetry variables ([`STANDARD`]) when ours are
 //! unset: each level's default is what the lower-priority levels resolved to, so a bad value warns
 //! once and leaves the rest of the chain in force. Header values are secrets: never logged.
+//!
+//! Adding a variable of ours is its row in [`vars`] and its field here: the row writes the default,
+//! parses and shows the value, and documents it (`docs/configuration.md`'s table is rendered from
+//! the rows; a unit test fails on drift, `BLESS=1` rewrites it).
 #![forbid(unsafe_code)]
 
 mod chain;
+mod mode;
 mod parse;
 mod reader;
 #[cfg(test)]
 mod tests;
 pub mod vars;
 
+pub use mode::Mode;
 pub use vars::*;
 
 use std::fmt::Write as _;
@@ -35,42 +41,100 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::aggregate::regression::Mode;
-use crate::record::handle::MAX_LANE_SLOTS;
-use parse::{
-    BOOL, parse_auto_bool, parse_bool, parse_event_mask, parse_every, parse_millis, parse_secs_in, parse_u32_in,
-    show_auto_bool, show_bool, show_compression, show_every, show_exporter, show_families, show_histograms, show_mask,
-    show_millis, show_mode, show_protocol, show_secs, show_temporality, show_u32,
-};
+use parse::{show_compression, show_histograms, show_protocol, show_temporality};
 use reader::Reader;
+use vars::{Fallback, VARS};
 
-/// The effective configuration. Defaults: [`Config::default`].
+/// A placeholder value of a field, which the standard variables' chain or a row's default
+/// overwrites before [`Config::from_lookup`] returns.
+trait Blank {
+    /// The placeholder.
+    fn blank() -> Self;
+}
+
+/// [`Blank`] for field types: `type => placeholder`.
+macro_rules! blank {
+    ($($ty:ty => $value:expr),* $(,)?) => {
+        $(impl Blank for $ty {
+            fn blank() -> Self {
+                $value
+            }
+        })*
+    };
+}
+
+blank!(
+    bool => false,
+    u32 => 0,
+    i32 => 0,
+    Duration => Duration::ZERO,
+    String => String::new(),
+    Mode => Mode::Avg,
+    Exporter => Exporter::None,
+    Protocol => Protocol::HttpProtobuf,
+    Compression => Compression::None,
+    Temporality => Temporality::Cumulative,
+    Histograms => Histograms::Explicit,
+);
+
+impl<T> Blank for Option<T> {
+    fn blank() -> Self {
+        None
+    }
+}
+
+impl<T> Blank for Vec<T> {
+    fn blank() -> Self {
+        Vec::new()
+    }
+}
+
+/// Declares a struct of settings and its [`Blank`]: every field's placeholder, so a new field
+/// needs no line anywhere else to be constructed.
+macro_rules! settings {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        impl Blank for $name {
+            fn blank() -> Self {
+                Self { $($field: Blank::blank(),)* }
+            }
+        }
+    };
+}
+
+settings! {
+/// The effective configuration. Defaults: [`Config::default`]. A field of ours is documented,
+/// with its default and range, by its variable's row in [`vars`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// [`ENABLE`], default `true`.
     pub enable: bool,
     /// [`TELEMETRY_ENABLE`], default `true`.
     pub telemetry_enable: bool,
-    /// [`TELEMETRY_INTERVAL_SEC`], [`otel::METRIC_EXPORT_INTERVAL`], default 5 s, valid
-    /// 0.01..=3600 s.
+    /// [`TELEMETRY_INTERVAL_SEC`], else [`otel::METRIC_EXPORT_INTERVAL`].
     pub interval: Duration,
-    /// [`HANG_THRESHOLD_SEC`], default 30 s, valid 0.1..=86400 s.
+    /// [`HANG_THRESHOLD_SEC`].
     pub hang_threshold: Duration,
-    /// [`LINEAR_REGRESSION_MODE`], default [`Mode::Avg`].
+    /// [`LINEAR_REGRESSION_MODE`].
     pub regression_mode: Mode,
-    /// [`EVENT_MASK`], default Coll|P2p|ProxyOp|ProxyStep|KernelCh = 0x5E, bits 0..=15 only.
+    /// [`EVENT_MASK`].
     pub event_mask: i32,
-    /// [`KERNEL_CH_EVERY`]: `None` (`auto`, the default) leaves it to the NCCL release
-    /// ([`crate::activation::default_every`]); else 1..=1000.
+    /// [`KERNEL_CH_EVERY`]: `None` (`auto`) leaves it to the NCCL release
+    /// ([`crate::activation::default_every`]).
     pub kernel_ch_every: Option<u32>,
-    /// [`V7_EXTENSIONS`]: `None` (`auto`, the default) reads them on NCCL 2.31 only.
+    /// [`V7_EXTENSIONS`]: `None` (`auto`) reads them on NCCL 2.31 only.
     pub v7_extensions: Option<bool>,
-    /// [`WINDOW_CAPACITY`], default 100000, valid 1024..=[`MAX_LANE_SLOTS`].
+    /// [`WINDOW_CAPACITY`].
     pub capacity: u32,
-    /// [`WINDOW_COUNT_TRIGGER`], default min(15000, capacity/2), valid 1..=capacity.
+    /// [`WINDOW_COUNT_TRIGGER`].
     pub count_trigger: u32,
     /// Export settings.
     pub export: Export,
+}
 }
 
 /// Where metrics go ([`EXPORTER`]).
@@ -127,19 +191,18 @@ pub enum Temporality {
     LowMemory,
 }
 
+settings! {
 /// Export settings, each resolved from our variable, then the standard ones, then the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Export {
-    /// [`EXPORTER`], default [`Exporter::Otlp`] ([`Exporter::None`] when
-    /// [`otel::SDK_DISABLED`] is true).
+    /// [`EXPORTER`], else [`Exporter::None`] when [`otel::SDK_DISABLED`] is true.
     pub exporter: Exporter,
     /// [`otel::METRICS_PROTOCOL`], [`otel::PROTOCOL`], default [`Protocol::HttpProtobuf`].
     pub protocol: Protocol,
     /// The URL requests go to: [`TELEMETRY_ENDPOINT`], [`otel::METRICS_ENDPOINT`],
-    /// [`otel::ENDPOINT`], default `http://localhost:4318/v1/metrics` (gRPC `http://localhost:4317`).
+    /// [`otel::ENDPOINT`].
     pub endpoint: String,
-    /// [`TELEMETRY_BATCH_TIMEOUT_MS`], [`otel::METRICS_TIMEOUT`], [`otel::TIMEOUT`], default 3 s,
-    /// valid 1..=60000 ms.
+    /// [`TELEMETRY_BATCH_TIMEOUT_MS`], [`otel::METRICS_TIMEOUT`], [`otel::TIMEOUT`].
     pub timeout: Duration,
     /// [`otel::HEADERS`] overlaid with [`otel::METRICS_HEADERS`], sorted by key.
     pub headers: Vec<(String, String)>,
@@ -147,13 +210,13 @@ pub struct Export {
     pub compression: Compression,
     /// [`otel::TEMPORALITY`], default [`Temporality::Cumulative`].
     pub temporality: Temporality,
-    /// [`EXPORT_FILE`], default [`DEFAULT_EXPORT_FILE`].
+    /// [`EXPORT_FILE`].
     pub file: String,
-    /// [`EXPORT_QUEUE`], default 8, valid 1..=1024.
+    /// [`EXPORT_QUEUE`].
     pub queue: u32,
-    /// [`CARDINALITY_LIMIT`], default 2000, valid 1..=1000000.
+    /// [`CARDINALITY_LIMIT`].
     pub cardinality_limit: u32,
-    /// [`DROP_METRICS`]: families of [`METRIC_FAMILIES`] not exported, default none.
+    /// [`DROP_METRICS`]: families of [`METRIC_FAMILIES`] not exported.
     pub dropped: Vec<&'static str>,
     /// [`otel::HISTOGRAM_AGGREGATION`], default [`Histograms::Explicit`].
     pub histograms: Histograms,
@@ -167,6 +230,7 @@ pub struct Export {
     /// [`otel::METRICS_CERTIFICATE`], [`otel::CERTIFICATE`]; default (and always without the
     /// cargo feature `tls`) `None`, the system roots.
     pub certificate: Option<CaFile>,
+}
 }
 
 /// A PEM file of CA certificates, read when the configuration is loaded.
@@ -193,87 +257,23 @@ struct Loaded {
 static GLOBAL: OnceLock<Loaded> = OnceLock::new();
 
 impl Config {
-    /// Parses every variable in [`ALL`] through `lookup`; returns the configuration and one warning
-    /// per variable whose value was rejected:
+    /// Parses every variable in [`ALL`], [`STANDARD`] and (cargo feature `tls`) [`TLS_STANDARD`]
+    /// through `lookup`: first the standard ones, then the rows of [`vars`] in order. Returns the
+    /// configuration and one warning per variable whose value was rejected:
     /// `VAR='value' is not <what>; using default <d>`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
         let mut r = Reader {
             lookup,
             warnings: Vec::new(),
         };
-        let enable = r.read(ENABLE, true, BOOL, parse_bool, show_bool);
-        let telemetry_enable = r.read(TELEMETRY_ENABLE, true, BOOL, parse_bool, show_bool);
-        let interval = r.read(
-            otel::METRIC_EXPORT_INTERVAL,
-            Duration::from_secs(5),
-            "an integer number of milliseconds in 10..=3600000",
-            |s| parse_millis(s, 10..=3_600_000),
-            show_millis,
-        );
-        let interval = r.read(
-            TELEMETRY_INTERVAL_SEC,
-            interval,
-            "a number of seconds in 0.01..=3600",
-            |s| parse_secs_in(s, 0.01..=3600.0),
-            show_secs,
-        );
-        let hang_threshold = r.read(
-            HANG_THRESHOLD_SEC,
-            Duration::from_secs(30),
-            "a number of seconds in 0.1..=86400",
-            |s| parse_secs_in(s, 0.1..=86400.0),
-            show_secs,
-        );
-        let regression_mode = r.read(LINEAR_REGRESSION_MODE, Mode::Avg, "AVG or MIN", Mode::parse, show_mode);
-        let event_mask = r.read(
-            EVENT_MASK,
-            0x5E,
-            "an event mask using only bits 0..=15 (0..=0xffff, decimal or 0x-hex)",
-            parse_event_mask,
-            show_mask,
-        );
-        let kernel_ch_every = r.read(
-            KERNEL_CH_EVERY,
-            None,
-            "auto or an integer in 1..=1000",
-            parse_every,
-            show_every,
-        );
-        let v7_extensions = r.read(
-            V7_EXTENSIONS,
-            None,
-            "auto or a boolean (1/0, true/false, yes/no, on/off)",
-            parse_auto_bool,
-            show_auto_bool,
-        );
-        let capacity = r.read(
-            WINDOW_CAPACITY,
-            100_000,
-            &format!("an integer in 1024..={MAX_LANE_SLOTS}"),
-            |s| parse_u32_in(s, 1024..=MAX_LANE_SLOTS),
-            show_u32,
-        );
-        let count_trigger = r.read(
-            WINDOW_COUNT_TRIGGER,
-            15_000.min(capacity / 2),
-            &format!("an integer in 1..={capacity} (the window capacity)"),
-            |s| parse_u32_in(s, 1..=capacity),
-            show_u32,
-        );
-        let export = r.export();
-        let config = Config {
-            enable,
-            telemetry_enable,
-            interval,
-            hang_threshold,
-            regression_mode,
-            event_mask,
-            kernel_ch_every,
-            v7_extensions,
-            capacity,
-            count_trigger,
-            export,
-        };
+        let mut config = Config::blank();
+        r.standard(&mut config);
+        for var in VARS {
+            if let Fallback::Value(default) = var.fallback {
+                default(&mut config);
+            }
+            r.apply(var, &mut config);
+        }
         (config, r.warnings)
     }
 
@@ -311,25 +311,6 @@ impl Config {
     #[must_use]
     pub fn describe(&self) -> String {
         let e = &self.export;
-        let values = [
-            show_bool(self.enable),
-            show_bool(self.telemetry_enable),
-            show_secs(self.interval),
-            show_secs(self.hang_threshold),
-            show_mode(self.regression_mode),
-            show_mask(self.event_mask),
-            show_every(self.kernel_ch_every),
-            show_auto_bool(self.v7_extensions),
-            show_u32(self.capacity),
-            show_u32(self.count_trigger),
-            show_exporter(e.exporter),
-            e.endpoint.clone(),
-            show_millis(e.timeout),
-            e.file.clone(),
-            show_u32(e.queue),
-            show_u32(e.cardinality_limit),
-            show_families(&e.dropped),
-        ];
         let mut line = format!("nccl-profiler-otel {}:", env!("CARGO_PKG_VERSION"));
         let standard = [
             (otel::METRICS_PROTOCOL, show_protocol(e.protocol)),
@@ -342,7 +323,8 @@ impl Config {
             .certificate
             .as_ref()
             .map(|c| (otel::METRICS_CERTIFICATE, c.path.clone()));
-        for (name, value) in ALL.iter().copied().zip(values).chain(standard).chain(ca) {
+        let ours = VARS.iter().map(|var| (var.name, (var.show)(self)));
+        for (name, value) in ours.chain(standard).chain(ca) {
             let _ = write!(line, " {name}={value}"); // a String never fails
         }
         line

@@ -3,18 +3,55 @@
 //! syntax its variable accepts. Pure, except [`read_ca_file`] (cargo feature `tls`).
 #![forbid(unsafe_code)]
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 #[cfg(feature = "tls")]
 use super::CaFile;
-use super::{Compression, Exporter, Histograms, METRIC_FAMILIES, Protocol, Temporality};
-use crate::aggregate::regression::Mode;
+use super::{Compression, Exporter, Histograms, METRIC_FAMILIES, Mode, Protocol, Temporality};
 
 /// Highest event bit NCCL defines (CeBatch, spec 2.2); masks with higher bits are rejected.
 const MAX_EVENT_BIT: u32 = 15;
 
 /// What a boolean variable accepts.
 pub(super) const BOOL: &str = "a boolean (1/0, true/false, yes/no, on/off)";
+
+/// What an endpoint variable accepts.
+pub(super) const URLS: &str = if cfg!(feature = "tls") {
+    "an http:// or https:// URL"
+} else {
+    "an http:// URL (https needs the cargo feature tls)"
+};
+
+/// What a protocol variable accepts.
+pub(super) const PROTOCOLS: &str = if cfg!(feature = "grpc") {
+    "http/protobuf, http/json or grpc"
+} else {
+    "http/protobuf or http/json (grpc needs the cargo feature grpc)"
+};
+
+/// `parsed`, or `Err` saying what the value is not: `valid`.
+pub(super) fn accepted<T>(parsed: Option<T>, valid: &str) -> Result<T, String> {
+    parsed.ok_or_else(|| valid.to_owned())
+}
+
+/// [`parse_u32_in`], or `Err` naming the range.
+pub(super) fn u32_in(s: &str, valid: RangeInclusive<u32>) -> Result<u32, String> {
+    let (lo, hi) = (*valid.start(), *valid.end());
+    parse_u32_in(s, valid).ok_or_else(|| format!("an integer in {lo}..={hi}"))
+}
+
+/// [`parse_secs_in`], or `Err` naming the range.
+pub(super) fn secs_in(s: &str, valid: RangeInclusive<f64>) -> Result<Duration, String> {
+    let (lo, hi) = (*valid.start(), *valid.end());
+    parse_secs_in(s, valid).ok_or_else(|| format!("a number of seconds in {lo}..={hi}"))
+}
+
+/// [`parse_millis`], or `Err` naming the range.
+pub(super) fn millis_in(s: &str, valid: RangeInclusive<u64>) -> Result<Duration, String> {
+    let (lo, hi) = (*valid.start(), *valid.end());
+    parse_millis(s, valid).ok_or_else(|| format!("an integer number of milliseconds in {lo}..={hi}"))
+}
 
 /// A boolean: 1/0, true/false, yes/no, on/off, any case.
 pub(super) fn parse_bool(s: &str) -> Option<bool> {
@@ -26,7 +63,7 @@ pub(super) fn parse_bool(s: &str) -> Option<bool> {
 }
 
 /// Decimal seconds within `valid`; NaN and infinities fail the range check.
-pub(super) fn parse_secs_in(s: &str, valid: std::ops::RangeInclusive<f64>) -> Option<Duration> {
+pub(super) fn parse_secs_in(s: &str, valid: RangeInclusive<f64>) -> Option<Duration> {
     let secs: f64 = s.parse().ok()?;
     valid.contains(&secs).then(|| Duration::from_secs_f64(secs))
 }
@@ -44,7 +81,7 @@ pub(super) fn parse_uint(s: &str) -> Option<u64> {
 }
 
 /// A [`parse_uint`] integer within `valid`.
-pub(super) fn parse_u32_in(s: &str, valid: std::ops::RangeInclusive<u32>) -> Option<u32> {
+pub(super) fn parse_u32_in(s: &str, valid: RangeInclusive<u32>) -> Option<u32> {
     let value = u32::try_from(parse_uint(s)?).ok()?;
     valid.contains(&value).then_some(value)
 }
@@ -111,7 +148,7 @@ pub(super) fn parse_temporality(s: &str) -> Option<Temporality> {
 }
 
 /// An integer number of milliseconds within `valid`.
-pub(super) fn parse_millis(s: &str, valid: std::ops::RangeInclusive<u64>) -> Option<Duration> {
+pub(super) fn parse_millis(s: &str, valid: RangeInclusive<u64>) -> Option<Duration> {
     let ms = parse_uint(s)?;
     valid.contains(&ms).then(|| Duration::from_millis(ms))
 }

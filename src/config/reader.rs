@@ -3,7 +3,9 @@
 //! and exactly one warning naming the variable, the value and the default used).
 #![forbid(unsafe_code)]
 
+use super::Config;
 use super::parse::parse_pairs;
+use super::vars::Var;
 
 /// Collects the warnings while [`Config::from_lookup`] reads variables one by one.
 pub(super) struct Reader<L> {
@@ -27,16 +29,15 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
     }
 
     /// Reads `name`: unset gives `default` silently; blank, or `parse` failing, gives `default`
-    /// and a warning (saying the value is not `valid`).
+    /// and a warning (saying the value is not what `parse`'s `Err` says).
     pub(super) fn read<T: Copy>(
         &mut self,
         name: &str,
         default: T,
-        valid: &str,
-        parse: impl Fn(&str) -> Option<T>,
+        parse: impl Fn(&str) -> Result<T, String>,
         show: fn(T) -> String,
     ) -> T {
-        self.read_owned(name, default, valid, parse, |v| show(*v))
+        self.read_owned(name, default, parse, |v| show(*v))
     }
 
     /// [`Reader::read`] for non-`Copy` values.
@@ -44,19 +45,34 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         &mut self,
         name: &str,
         default: T,
-        valid: &str,
-        parse: impl Fn(&str) -> Option<T>,
+        parse: impl Fn(&str) -> Result<T, String>,
         show: impl Fn(&T) -> String,
     ) -> T {
         let Some(value) = self.value(name, || format!("using default {}", show(&default))) else {
             return default;
         };
-        parse(&value).unwrap_or_else(|| {
-            let shown = show(&default);
-            self.warnings
-                .push(format!("{name}='{value}' is not {valid}; using default {shown}"));
+        parse(&value).unwrap_or_else(|valid| {
+            self.reject(name, &value, &valid, &show(&default));
             default
         })
+    }
+
+    /// Applies one row of [`VARS`](super::vars::VARS) to `config`, whose field holds the row's
+    /// default: unset keeps it silently; blank, or the row's parser failing, keeps it with a
+    /// warning.
+    pub(super) fn apply(&mut self, var: &Var, config: &mut Config) {
+        let Some(value) = self.value(var.name, || format!("using default {}", (var.show)(config))) else {
+            return;
+        };
+        if let Err(valid) = (var.set)(config, &value) {
+            self.reject(var.name, &value, &valid, &(var.show)(config));
+        }
+    }
+
+    /// The warning for a rejected value: `name='value' is not valid; using default shown`.
+    fn reject(&mut self, name: &str, value: &str, valid: &str, shown: &str) {
+        self.warnings
+            .push(format!("{name}='{value}' is not {valid}; using default {shown}"));
     }
 
     /// A `k=v,…` list; a bad one warns without echoing the value (headers carry credentials)

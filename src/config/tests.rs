@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::record::handle::MAX_LANE_SLOTS;
 
+mod docs;
 mod export;
 
 fn load(vars: &[(&str, &str)]) -> (Config, Vec<String>) {

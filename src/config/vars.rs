@@ -1,70 +1,289 @@
-//! The names of every variable the plugin reads: ours (`NCCL_*`), the standard OpenTelemetry
-//! ones ([`otel`]) and the launcher's, with the defaults that are names themselves. The table for
-//! operators is `docs/configuration.md`.
+//! Every variable the plugin reads. Ours (`NCCL_*`) are one table, `VARS`: a row holds the
+//! name, what it means and accepts, its default and how its value is parsed and shown, so
+//! [`Config::from_lookup`], [`Config::describe`] and `docs/configuration.md` (rendered from the
+//! rows; a unit test fails on drift) all read the same row. The standard OpenTelemetry variables
+//! ([`otel`]) are resolved by `chain.rs`; their documentation rows are `STANDARD_DOCS`. Then the
+//! launcher's variables and the defaults that are names themselves.
 #![forbid(unsafe_code)]
 
-/// Master switch: `false` makes `init` succeed with activation mask 0 (the plugin does nothing).
-pub const ENABLE: &str = "NCCL_PROFILER_OTEL_ENABLE";
-/// Whether the telemetry thread runs and exports.
-pub const TELEMETRY_ENABLE: &str = "NCCL_PROFILER_OTEL_TELEMETRY_ENABLE";
-/// Seconds between telemetry wake-ups (decimal allowed).
-pub const TELEMETRY_INTERVAL_SEC: &str = "NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC";
-/// Seconds without progress after which an operation in flight is reported hung (decimal allowed).
-pub const HANG_THRESHOLD_SEC: &str = "NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC";
-/// Which transfer times the bandwidth/latency fit uses: `AVG` (all) or `MIN` (a low percentile per size).
-pub const LINEAR_REGRESSION_MODE: &str = "NCCL_PROFILER_LINEAR_REGRESSION_MODE";
-/// Event bits (spec 2.2) stored into NCCL's activation mask.
-pub const EVENT_MASK: &str = "NCCL_PROFILE_EVENT_MASK";
-/// KernelCh requested for one part in N of each telemetry interval: `auto` or 1..=1000.
-pub const KERNEL_CH_EVERY: &str = "NCCL_PROFILER_OTEL_KERNEL_CH_EVERY";
-/// Whether the fields only NCCL 2.31's v7 descriptor has are read: `auto` (on NCCL 2.31), `on`, `off`.
-pub const V7_EXTENSIONS: &str = "NCCL_PROFILER_OTEL_V7_EXTENSIONS";
-/// Record slots per window.
-pub const WINDOW_CAPACITY: &str = "NCCL_PROFILER_OTEL_WINDOW_CAPACITY";
-/// Records in a window that make the telemetry thread close it early.
-pub const WINDOW_COUNT_TRIGGER: &str = "NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER";
+use super::Config;
+use super::Mode;
+use super::parse::{
+    BOOL, URLS, accepted, millis_in, parse_auto_bool, parse_bool, parse_endpoint, parse_event_mask, parse_every,
+    parse_exporter, parse_families, parse_file_pattern, parse_u32_in, secs_in, show_auto_bool, show_bool, show_every,
+    show_exporter, show_families, show_mask, show_millis, show_mode, show_secs, show_u32, u32_in,
+};
+use crate::record::handle::MAX_LANE_SLOTS;
+use Fallback::{Standard, Value};
 
-/// Where metrics go: `otlp`, `file`, `stdout` or `none`.
-pub const EXPORTER: &str = "NCCL_PROFILER_OTEL_EXPORTER";
-/// OTLP endpoint URL; for HTTP, `/v1/metrics` is appended unless the path already ends with it.
-pub const TELEMETRY_ENDPOINT: &str = "NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT";
-/// Timeout of one export request, milliseconds.
-pub const TELEMETRY_BATCH_TIMEOUT_MS: &str = "NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS";
-/// Path pattern of the `file` exporter (`%h` host, `%p` pid, `%r` rank, `%j` job, `%%` a percent
-/// sign).
-pub const EXPORT_FILE: &str = "NCCL_PROFILER_OTEL_EXPORT_FILE";
-/// Export requests waiting for the exporter thread; the oldest is dropped beyond this.
-pub const EXPORT_QUEUE: &str = "NCCL_PROFILER_OTEL_EXPORT_QUEUE";
-/// Attribute sets kept per instrument before measurements go to the overflow series.
-pub const CARDINALITY_LIMIT: &str = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT";
-/// Metric families not exported, comma-separated ([`METRIC_FAMILIES`]), or `none`.
-pub const DROP_METRICS: &str = "NCCL_PROFILER_OTEL_DROP_METRICS";
+/// One of our variables. [`Config::from_lookup`] applies the rows in order: the default first
+/// ([`Var::fallback`]), then the value, if set, through [`Var::set`].
+pub(super) struct Var {
+    /// The environment variable.
+    pub(super) name: &'static str,
+    /// What it does, for operators (markdown; also the doc comment of its name constant).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "read by the test rendering docs/configuration.md")
+    )]
+    pub(super) doc: &'static str,
+    /// What it accepts, for operators (markdown).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "read by the test rendering docs/configuration.md")
+    )]
+    pub(super) valid: &'static str,
+    /// Said after the default in the documentation (markdown), often nothing.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "read by the test rendering docs/configuration.md")
+    )]
+    pub(super) default_note: &'static str,
+    /// Where the default comes from.
+    pub(super) fallback: Fallback,
+    /// Parses a trimmed, non-empty value into its field; `Err` says what a value must be (the
+    /// warning's `is not …`) and leaves the field as it was.
+    pub(super) set: fn(&mut Config, &str) -> Result<(), String>,
+    /// The field, in the syntax [`Var::set`] accepts.
+    pub(super) show: fn(&Config) -> String,
+}
+
+/// Where a variable's default comes from.
+pub(super) enum Fallback {
+    /// Written by this function, after the rows above it are read (a default may depend on them).
+    Value(fn(&mut Config)),
+    /// What the standard OpenTelemetry variables resolved to (`chain.rs`, read before every row):
+    /// a bad value falls back to the next variable of that chain.
+    Standard,
+}
+
+/// Declares each variable's name constant, documented by its row's `doc`, then [`ALL`] and
+/// [`VARS`] from the same list: a name, its row and its place cannot part.
+macro_rules! variables {
+    ($($konst:ident = $name:literal { doc: $doc:literal, $($field:ident: $value:expr,)* })*) => {
+        $(#[doc = $doc] pub const $konst: &str = $name;)*
+
+        /// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order of their rows (the
+        /// order [`Config::describe`] prints them).
+        pub const ALL: [&str; VARS.len()] = [$($konst),*];
+
+        /// Our variables, one row each, in the order they are read, printed and documented.
+        pub(super) const VARS: &[Var] = &[$(Var { name: $konst, doc: $doc, $($field: $value,)* }),*];
+    };
+}
+
+variables! {
+    ENABLE = "NCCL_PROFILER_OTEL_ENABLE" {
+        doc: "Master switch. `false`: `init` succeeds but sets the activation mask to 0, so NCCL sends no events.",
+        valid: "boolean",
+        default_note: "",
+        fallback: Value(|c| c.enable = true),
+        set: |c, s| accepted(parse_bool(s), BOOL).map(|v| c.enable = v),
+        show: |c| show_bool(c.enable),
+    }
+    TELEMETRY_ENABLE = "NCCL_PROFILER_OTEL_TELEMETRY_ENABLE" {
+        doc: "Run the telemetry thread that aggregates closed windows and exports them.",
+        valid: "boolean",
+        default_note: "",
+        fallback: Value(|c| c.telemetry_enable = true),
+        set: |c, s| accepted(parse_bool(s), BOOL).map(|v| c.telemetry_enable = v),
+        show: |c| show_bool(c.telemetry_enable),
+    }
+    TELEMETRY_INTERVAL_SEC = "NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC" {
+        doc: "Longest time a window keeps filling before the telemetry thread closes and summarises it (when it \
+              holds at least one record); also the longest wait for a closing window's events to stop. When \
+              unset: `OTEL_METRIC_EXPORT_INTERVAL`.",
+        valid: "decimal seconds, `0.01` to `3600` (e.g. `0.5`); `nan`/`inf` rejected",
+        default_note: "",
+        fallback: Standard,
+        set: |c, s| secs_in(s, 0.01..=3600.0).map(|v| c.interval = v),
+        show: |c| show_secs(c.interval),
+    }
+    HANG_THRESHOLD_SEC = "NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC" {
+        doc: "How long the oldest operation in flight may go without progress (no callback of its own or of its \
+              children) before the communicator is reported hung: one WARN per episode and the \
+              `nccl.progress.hang.*` metrics (`metrics.md`, `operations.md`). A collective that keeps moving never \
+              trips it; a rank that waits for a peer longer than this (one rank checkpointing while the others \
+              wait in a collective) does.",
+        valid: "decimal seconds, `0.1` to `86400`",
+        default_note: "",
+        fallback: Value(|c| c.hang_threshold = std::time::Duration::from_secs(30)),
+        set: |c, s| secs_in(s, 0.1..=86400.0).map(|v| c.hang_threshold = v),
+        show: |c| show_secs(c.hang_threshold),
+    }
+    LINEAR_REGRESSION_MODE = "NCCL_PROFILER_LINEAR_REGRESSION_MODE" {
+        doc: "Which transfer times the bandwidth/latency fit uses: `AVG` every sample, `MIN` a low percentile \
+              (the 10th) of each message size's times.",
+        valid: "`AVG`, `MIN` (any case)",
+        default_note: "",
+        fallback: Value(|c| c.regression_mode = Mode::Avg),
+        set: |c, s| accepted(Mode::parse(s), "AVG or MIN").map(|v| c.regression_mode = v),
+        show: |c| show_mode(c.regression_mode),
+    }
+    EVENT_MASK = "NCCL_PROFILE_EVENT_MASK" {
+        doc: "Event types NCCL should send (0x1 Group, 0x2 Coll, 0x4 P2p, 0x8 ProxyOp, 0x10 ProxyStep, 0x20 \
+              ProxyCtrl, 0x40 KernelCh, … up to 0x4000 CeBatch, 0x8000 KernelPhase), stored into NCCL's \
+              activation mask. NCCL also starts parent events of the selected ones; the plugin declines those it \
+              does not use. `0` means no events. From ABI v6 CeColl is added whenever Coll is in the mask; on ABI \
+              v7 with its extensions read, KernelPhase whenever KernelCh is.",
+        valid: "integer using only bits 0–15 (`0`..`0xffff`)",
+        default_note: " (Coll|P2p|ProxyOp|ProxyStep|KernelCh)",
+        fallback: Value(|c| c.event_mask = 0x5E),
+        set: |c, s| {
+            let valid = "an event mask using only bits 0..=15 (0..=0xffff, decimal or 0x-hex)";
+            accepted(parse_event_mask(s), valid).map(|v| c.event_mask = v)
+        },
+        show: |c| show_mask(c.event_mask),
+    }
+    KERNEL_CH_EVERY = "NCCL_PROFILER_OTEL_KERNEL_CH_EVERY" {
+        doc: "KernelCh (GPU times) is requested for one part in N of each telemetry interval, at its start, \
+              aligned on the wall clock so that every rank samples the same operations: N = 10 with a 5 s \
+              interval is 500 ms in every 5 s (at least 100 ms). `1`: always. `auto`: 1 before NCCL 2.31, 10 from \
+              2.31 (KernelCh costs 4–13 % of GPU time there) and when NCCL's release cannot be found \
+              (`ncclGetVersion`). Only the KernelCh bit changes; no effect without it in the mask.",
+        valid: "`auto` or an integer, `1` to `1000`",
+        default_note: "",
+        fallback: Value(|c| c.kernel_ch_every = None),
+        set: |c, s| accepted(parse_every(s), "auto or an integer in 1..=1000").map(|v| c.kernel_ch_every = v),
+        show: |c| show_every(c.kernel_ch_every),
+    }
+    V7_EXTENSIONS = "NCCL_PROFILER_OTEL_V7_EXTENSIONS" {
+        doc: "Whether, on profiler ABI v7, the plugin reads what only NCCL 2.31's v7 layout has (`userTag`, \
+              `isSymColl`) and requests KernelPhase with KernelCh. Other definitions under the same symbol pass \
+              the shorter v6 descriptor (README, \"What NCCL versions\"). `auto`: only when `ncclGetVersion` says \
+              2.31.x. `on`: on any release that chooses v7 (2.32 and later, once you know its layout is 2.31's). \
+              `off`: v7 descriptors are read as their v6 part.",
+        valid: "`auto` or a boolean",
+        default_note: "",
+        fallback: Value(|c| c.v7_extensions = None),
+        set: |c, s| {
+            let valid = "auto or a boolean (1/0, true/false, yes/no, on/off)";
+            accepted(parse_auto_bool(s), valid).map(|v| c.v7_extensions = v)
+        },
+        show: |c| show_auto_bool(c.v7_extensions),
+    }
+    WINDOW_CAPACITY = "NCCL_PROFILER_OTEL_WINDOW_CAPACITY" {
+        doc: "Record slots per window lane. Each communicator has four windows of three lanes (application \
+              thread, proxy thread, kernel events; docs/architecture.md) of 56-byte (application lane) and \
+              32-byte slots: 48 MB of address space per communicator at the default, resident only as far as \
+              records are actually buffered. A full lane drops further records and counts the drops.",
+        valid: "integer, `1024` to `699048`",
+        default_note: "",
+        fallback: Value(|c| c.capacity = 100_000),
+        set: |c, s| u32_in(s, 1024..=MAX_LANE_SLOTS).map(|v| c.capacity = v),
+        show: |c| show_u32(c.capacity),
+    }
+    WINDOW_COUNT_TRIGGER = "NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER" {
+        doc: "Records in the filling window (all lanes) at which new events move on to the next window (opened \
+              in advance), before the interval ends; the rest of the capacity is headroom for the children, \
+              states and stops of the events already in it. Under a sustained burst each of the four windows \
+              holds about this many records (32 bytes each in the proxy and kernel lanes): a smaller value keeps \
+              less memory resident and leaves less headroom for bursts (the default keeps about 3.6 MiB per \
+              communicator resident at 1 M callbacks/s without export and 4.4–4.7 MiB with it; 20000 kept 4.9 \
+              and 6.0 MiB, 50000 10–11.5 MiB, all with the same drop-free ceiling: docs/benchmarks.md).",
+        valid: "integer, `1` to the effective window capacity",
+        default_note: ", or capacity/2 if that is smaller",
+        fallback: Value(|c| c.count_trigger = 15_000.min(c.capacity / 2)),
+        set: |c, s| {
+            let capacity = c.capacity;
+            let valid = || format!("an integer in 1..={capacity} (the window capacity)");
+            parse_u32_in(s, 1..=capacity).map(|v| c.count_trigger = v).ok_or_else(valid)
+        },
+        show: |c| show_u32(c.count_trigger),
+    }
+    EXPORTER = "NCCL_PROFILER_OTEL_EXPORTER" {
+        doc: "Where metrics go. `otlp`: to an OpenTelemetry collector (below). `file`: OTLP-JSON lines to \
+              `NCCL_PROFILER_OTEL_EXPORT_FILE`. `stdout`: the same lines to standard output. `none`: no export \
+              (windows are still processed, so memory stays bounded).",
+        valid: "`otlp`, `file`, `stdout`, `none` (any case)",
+        default_note: " (`none` when `OTEL_SDK_DISABLED` is true)",
+        fallback: Standard,
+        set: |c, s| accepted(parse_exporter(s), "otlp, file, stdout or none").map(|v| c.export.exporter = v),
+        show: |c| show_exporter(c.export.exporter),
+    }
+    TELEMETRY_ENDPOINT = "NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT" {
+        doc: "OTLP endpoint URL. For HTTP, `/v1/metrics` is appended unless the path already ends with it \
+              (`http://c:4318` and `http://c:4318/v1/metrics` are the same); for gRPC the URL is used as is. When \
+              unset: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` (as is), then `OTEL_EXPORTER_OTLP_ENDPOINT` \
+              (`/v1/metrics` appended for HTTP).",
+        valid: "`http://host[:port][/path]`; `https://` only in builds with the cargo feature `tls`",
+        default_note: " (gRPC: `http://localhost:4317`)",
+        fallback: Standard,
+        set: |c, s| {
+            let endpoint = parse_endpoint(s, c.export.protocol);
+            accepted(endpoint, URLS).map(|v| c.export.endpoint = v)
+        },
+        show: |c| c.export.endpoint.clone(),
+    }
+    TELEMETRY_BATCH_TIMEOUT_MS = "NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS" {
+        doc: "Timeout of one export request (connect, send, answer). Also bounds the last `finalize` and the \
+              exit flush: they wait at most this plus 250 ms, once in all. When unset: \
+              `OTEL_EXPORTER_OTLP_METRICS_TIMEOUT`, then `OTEL_EXPORTER_OTLP_TIMEOUT`.",
+        valid: "integer milliseconds, `1` to `60000`",
+        default_note: "",
+        fallback: Standard,
+        set: |c, s| millis_in(s, TIMEOUT_MILLIS).map(|v| c.export.timeout = v),
+        show: |c| show_millis(c.export.timeout),
+    }
+    EXPORT_FILE = "NCCL_PROFILER_OTEL_EXPORT_FILE" {
+        doc: "Path of the `file` exporter, created (with its directories) or appended to, at the first `init`: a \
+              path that cannot be opened is reported then (one WARN; every export fails and is counted until it \
+              can be). `%h` is the host name, `%p` the process id, `%r` the launcher's rank (`RANK`, else \
+              `SLURM_PROCID`; `x` when neither is set), `%j` the job (`SLURM_JOB_ID`; `x` when unset), `%%` a \
+              `%`. Relative paths are relative to the working directory at that `init`.",
+        valid: "a path whose only `%` sequences are `%h`, `%p`, `%r`, `%j`, `%%`",
+        default_note: "",
+        fallback: Value(|c| c.export.file = DEFAULT_EXPORT_FILE.to_owned()),
+        set: |c, s| {
+            let valid = "a path whose only % sequences are %h, %p, %r, %j and %%";
+            accepted(parse_file_pattern(s), valid).map(|v| c.export.file = v)
+        },
+        show: |c| c.export.file.clone(),
+    }
+    EXPORT_QUEUE = "NCCL_PROFILER_OTEL_EXPORT_QUEUE" {
+        doc: "Export requests that may wait for the exporter thread (one is made per interval). When the \
+              collector is slow or down and the queue is full, the oldest waiting request is dropped and counted \
+              (`nccl.profiler.export.dropped`); with cumulative temporality the next request carries its totals \
+              anyway.",
+        valid: "integer, `1` to `1024`",
+        default_note: "",
+        fallback: Value(|c| c.export.queue = 8),
+        set: |c, s| u32_in(s, 1..=1024).map(|v| c.export.queue = v),
+        show: |c| show_u32(c.export.queue),
+    }
+    CARDINALITY_LIMIT = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT" {
+        doc: "Attribute sets recorded per metric family before further ones go to the `otel.metric.overflow=true` \
+              series (counted in `nccl.profiler.cardinality.overflow`; see `metrics.md`).",
+        valid: "integer, `1` to `1000000`",
+        default_note: "",
+        fallback: Value(|c| c.export.cardinality_limit = 2000),
+        set: |c, s| u32_in(s, 1..=1_000_000).map(|v| c.export.cardinality_limit = v),
+        show: |c| show_u32(c.export.cardinality_limit),
+    }
+    DROP_METRICS = "NCCL_PROFILER_OTEL_DROP_METRICS" {
+        doc: "Metric families that are not exported (neither aggregated nor sent), to keep a fleet's series \
+              within budget: `coll`, `p2p`, `link`, `channel`, `kernel`, `progress`, each meaning every metric \
+              named `nccl.<family>.*` (`metrics.md`), and `transfer`, the per-transfer histograms of collectives \
+              and sends (`nccl.coll.transfer*`, `nccl.p2p.transfer*`); the `nccl.profiler.*` self-telemetry is \
+              always exported. The per-channel and P2P histograms are most of a process's series (40 % and 37 % \
+              of a rank's in `scale.md`, which measures every switch).",
+        valid: "`none`, or families separated by commas, any case",
+        default_note: "",
+        fallback: Value(|c| c.export.dropped = Vec::new()),
+        set: |c, s| {
+            let valid = || format!("none or metric families among {} separated by commas", METRIC_FAMILIES.join(","));
+            parse_families(s).map(|v| c.export.dropped = v).ok_or_else(valid)
+        },
+        show: |c| show_families(&c.export.dropped),
+    }
+}
+
+/// Export timeouts accepted, ours and the standard ones, milliseconds.
+pub(super) const TIMEOUT_MILLIS: std::ops::RangeInclusive<u64> = 1..=60_000;
 
 /// The metric families [`DROP_METRICS`] names: each is every metric named `nccl.<family>.*`, but
 /// `transfer`: the per-transfer histograms of collectives and sends (`nccl.{coll,p2p}.transfer*`).
 pub const METRIC_FAMILIES: [&str; 7] = ["coll", "p2p", "transfer", "link", "channel", "kernel", "progress"];
-
-/// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order [`Config::describe`]
-/// prints them.
-pub const ALL: [&str; 17] = [
-    ENABLE,
-    TELEMETRY_ENABLE,
-    TELEMETRY_INTERVAL_SEC,
-    HANG_THRESHOLD_SEC,
-    LINEAR_REGRESSION_MODE,
-    EVENT_MASK,
-    KERNEL_CH_EVERY,
-    V7_EXTENSIONS,
-    WINDOW_CAPACITY,
-    WINDOW_COUNT_TRIGGER,
-    EXPORTER,
-    TELEMETRY_ENDPOINT,
-    TELEMETRY_BATCH_TIMEOUT_MS,
-    EXPORT_FILE,
-    EXPORT_QUEUE,
-    CARDINALITY_LIMIT,
-    DROP_METRICS,
-];
 
 /// Standard OpenTelemetry variables, used when ours leave the setting open.
 pub mod otel {
@@ -128,6 +347,125 @@ pub const STANDARD: [&str; 16] = [
 
 /// Standard variables read by [`Config::from_lookup`] only in builds with the cargo feature `tls`.
 pub const TLS_STANDARD: [&str; 2] = [otel::CERTIFICATE, otel::METRICS_CERTIFICATE];
+
+/// The documentation of standard variables that share a meaning (the general form and its
+/// `METRICS_` form), for operators; `docs/configuration.md`'s second table is rendered from these.
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "read by the test rendering docs/configuration.md")
+)]
+pub(super) struct StandardDoc {
+    /// The variables, general form first.
+    pub(super) names: &'static [&'static str],
+    /// What they do (markdown).
+    pub(super) doc: &'static str,
+    /// Their default (markdown).
+    pub(super) default: &'static str,
+    /// What a bad value gives (markdown).
+    pub(super) on_bad: &'static str,
+}
+
+/// The rows of [`StandardDoc`]: every name of [`STANDARD`] and [`TLS_STANDARD`] once.
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "read by the test rendering docs/configuration.md")
+)]
+pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
+    StandardDoc {
+        names: &[otel::ENDPOINT],
+        doc: "Base URL; `/v1/metrics` is appended for HTTP. Used when neither \
+              `NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT` nor `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is set.",
+        default: "`http://localhost:4318` (gRPC `http://localhost:4317`)",
+        on_bad: "one WARN, the default",
+    },
+    StandardDoc {
+        names: &[otel::METRICS_ENDPOINT],
+        doc: "Metrics URL, used as is. Used when `NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT` is not set.",
+        default: "unset",
+        on_bad: "one WARN, the next in the chain",
+    },
+    StandardDoc {
+        names: &[otel::PROTOCOL, otel::METRICS_PROTOCOL],
+        doc: "`http/protobuf`, `http/json`, or `grpc` (builds with the cargo feature `grpc`); the metrics \
+              variable wins.",
+        default: "`http/protobuf`",
+        on_bad: "one WARN, the default",
+    },
+    StandardDoc {
+        names: &[otel::HEADERS, otel::METRICS_HEADERS],
+        doc: "Request headers (gRPC: metadata), `key=value,key2=value2`, values percent-decoded; a key in the \
+              metrics variable replaces the same key of the general one.",
+        default: "none",
+        on_bad: "one WARN (without the value), that variable ignored",
+    },
+    StandardDoc {
+        names: &[otel::TIMEOUT, otel::METRICS_TIMEOUT],
+        doc: "Export timeout in milliseconds, when `NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS` is not set; \
+              the metrics variable wins.",
+        default: "`3000` (not the specification's 10 s)",
+        on_bad: "one WARN, the next in the chain",
+    },
+    StandardDoc {
+        names: &[otel::TEMPORALITY],
+        doc: "`cumulative`, `delta` or `lowmemory` (see `metrics.md`).",
+        default: "`cumulative`",
+        on_bad: "one WARN, the default",
+    },
+    StandardDoc {
+        names: &[otel::COMPRESSION, otel::METRICS_COMPRESSION],
+        doc: "Compression of OTLP request bodies, HTTP (`Content-Encoding: gzip`) and gRPC (`grpc-encoding: \
+              gzip`): `gzip` or `none`, any case; the metrics variable wins. `zstd` is not built in.",
+        default: "`gzip` (not the specification's `none`)",
+        on_bad: "one WARN, the next in the chain",
+    },
+    StandardDoc {
+        names: &[otel::HISTOGRAM_AGGREGATION],
+        doc: "`explicit_bucket_histogram`: the catalogue's buckets (`metrics.md`). \
+              `base2_exponential_bucket_histogram`: base-2 exponential buckets (at most 160 per point, scale at \
+              most 20, minimum and maximum kept), which Prometheus stores as native histograms.",
+        default: "`explicit_bucket_histogram`",
+        on_bad: "one WARN, the default",
+    },
+    StandardDoc {
+        names: &[otel::METRIC_EXPORT_INTERVAL],
+        doc: "Milliseconds between exports, when `NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC` is not set (the \
+              telemetry interval is the export interval).",
+        default: "`5000` (not the specification's 60 s)",
+        on_bad: "one WARN, the default",
+    },
+    StandardDoc {
+        names: &[otel::SDK_DISABLED],
+        doc: "`true`: nothing is exported; the default of `NCCL_PROFILER_OTEL_EXPORTER` becomes `none` (setting \
+              that variable still wins). Events are still aggregated, and hang and straggler warnings still \
+              logged; `NCCL_PROFILER_OTEL_ENABLE=false` turns the plugin off.",
+        default: "`false`",
+        on_bad: "one WARN, the default",
+    },
+    StandardDoc {
+        names: &[otel::SERVICE_NAME],
+        doc: "`service.name` of the resource.",
+        default: "`service.name` of `OTEL_RESOURCE_ATTRIBUTES`, else `nccl`",
+        on_bad: "—",
+    },
+    StandardDoc {
+        names: &[otel::RESOURCE_ATTRIBUTES],
+        doc: "Extra resource attributes, `key=value,…`, values percent-decoded; they override the detected ones \
+              (`metrics.md`, Resource).",
+        default: "none",
+        on_bad: "one WARN, ignored",
+    },
+    StandardDoc {
+        names: &[otel::CERTIFICATE, otel::METRICS_CERTIFICATE],
+        doc: "Only in builds with the cargo feature `tls` (otherwise ignored, without a warning). Path of a PEM \
+              file of CA certificates: an `https://` collector's certificate (HTTP and gRPC) is then checked \
+              against these CAs only, instead of the system's roots, as the other OpenTelemetry SDKs do. Sections \
+              other than certificates (a key, say) are skipped. The file is read once, at the first `init`. The \
+              metrics variable wins.",
+        default: "unset: the system roots",
+        on_bad: "one WARN, the next in the chain (in the end the system roots). Bad: missing or unreadable, not a \
+                 regular file, over 1 MiB, no certificate, or a certificate that does not parse",
+    },
+];
 
 /// Launcher variables that become resource attributes when set: (variable, attribute).
 pub const LAUNCHER: [(&str, &str); 7] = [
