@@ -22,42 +22,51 @@ fn assert_rejected(name: &str, value: &str, default_shown: &str) {
     assert!(w.ends_with(&format!("; using default {default_shown}")), "{w}");
 }
 
+/// Every default, field by field (a new field needs no line here: the documentation test shows
+/// its default).
 #[test]
 fn defaults() {
-    let (config, warnings) = load(&[]);
+    let (c, warnings) = load(&[]);
     assert!(warnings.is_empty());
     assert_eq!(
-        config,
-        Config {
-            enable: true,
-            telemetry_enable: true,
-            interval: Duration::from_secs(5),
-            hang_threshold: Duration::from_secs(30),
-            regression_mode: Mode::Avg,
-            event_mask: 0x5E,
-            kernel_ch_every: None,
-            v7_extensions: None,
-            capacity: 100_000,
-            count_trigger: 15_000,
-            export: Export {
-                exporter: Exporter::Otlp,
-                protocol: Protocol::HttpProtobuf,
-                endpoint: "http://localhost:4318/v1/metrics".into(),
-                timeout: Duration::from_millis(3000),
-                headers: vec![],
-                compression: Compression::Gzip,
-                temporality: Temporality::Cumulative,
-                file: "nccl-otel-%h-%p.jsonl".into(),
-                queue: 8,
-                cardinality_limit: 2000,
-                dropped: vec![],
-                histograms: Histograms::Explicit,
-                service_name: "nccl".into(),
-                resource: vec![],
-                certificate: None,
-            },
-        }
+        (
+            c.enable,
+            c.telemetry_enable,
+            c.interval,
+            c.hang_threshold,
+            c.regression_mode
+        ),
+        (true, true, Duration::from_secs(5), Duration::from_secs(30), Mode::Avg)
     );
+    assert_eq!(
+        (
+            c.event_mask,
+            c.kernel_ch_every,
+            c.v7_extensions,
+            c.capacity,
+            c.count_trigger
+        ),
+        (0x5E, None, None, 100_000, 15_000)
+    );
+    let e = &c.export;
+    assert_eq!(
+        (e.exporter, e.protocol, e.endpoint.as_str(), e.timeout),
+        (
+            Exporter::Otlp,
+            Protocol::HttpProtobuf,
+            "http://localhost:4318/v1/metrics",
+            Duration::from_millis(3000)
+        )
+    );
+    assert_eq!(
+        (e.compression, e.temporality, e.histograms, e.certificate.as_ref()),
+        (Compression::Gzip, Temporality::Cumulative, Histograms::Explicit, None)
+    );
+    assert_eq!(
+        (e.file.as_str(), e.queue, e.cardinality_limit, e.service_name.as_str()),
+        ("nccl-otel-%h-%p.jsonl", 8, 2000, "nccl")
+    );
+    assert!(e.headers.is_empty() && e.dropped.is_empty() && e.resource.is_empty());
 }
 
 #[test]
