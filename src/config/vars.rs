@@ -6,38 +6,27 @@
 //! launcher's variables and the defaults that are names themselves.
 #![forbid(unsafe_code)]
 
-use super::Config;
-use super::Mode;
 use super::parse::{
     BOOL, URLS, accepted, millis_in, parse_auto_bool, parse_bool, parse_endpoint, parse_event_mask, parse_every,
     parse_exporter, parse_families, parse_file_pattern, parse_u32_in, secs_in, show_auto_bool, show_bool, show_every,
     show_exporter, show_families, show_mask, show_millis, show_mode, show_secs, show_u32, u32_in,
 };
+use super::{Config, Mode};
 use crate::record::handle::MAX_LANE_SLOTS;
 use Fallback::{Standard, Value};
 
 /// One of our variables. [`Config::from_lookup`] applies the rows in order: the default first
-/// ([`Var::fallback`]), then the value, if set, through [`Var::set`].
+/// ([`Var::fallback`]), then the value, if set, through [`Var::set`]. The documentation fields
+/// are read only by the test that renders `docs/configuration.md`.
+#[cfg_attr(not(test), expect(dead_code, reason = "the documentation fields"))]
 pub(super) struct Var {
     /// The environment variable.
     pub(super) name: &'static str,
     /// What it does, for operators (markdown; also the doc comment of its name constant).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "read by the test rendering docs/configuration.md")
-    )]
     pub(super) doc: &'static str,
     /// What it accepts, for operators (markdown).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "read by the test rendering docs/configuration.md")
-    )]
     pub(super) valid: &'static str,
     /// Said after the default in the documentation (markdown), often nothing.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "read by the test rendering docs/configuration.md")
-    )]
     pub(super) default_note: &'static str,
     /// Where the default comes from.
     pub(super) fallback: Fallback,
@@ -350,10 +339,7 @@ pub const TLS_STANDARD: [&str; 2] = [otel::CERTIFICATE, otel::METRICS_CERTIFICAT
 
 /// The documentation of standard variables that share a meaning (the general form and its
 /// `METRICS_` form), for operators; `docs/configuration.md`'s second table is rendered from these.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "read by the test rendering docs/configuration.md")
-)]
+#[cfg_attr(not(test), expect(dead_code, reason = "read by the documentation test"))]
 pub(super) struct StandardDoc {
     /// The variables, general form first.
     pub(super) names: &'static [&'static str],
@@ -366,10 +352,7 @@ pub(super) struct StandardDoc {
 }
 
 /// The rows of [`StandardDoc`]: every name of [`STANDARD`] and [`TLS_STANDARD`] once.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "read by the test rendering docs/configuration.md")
-)]
+#[cfg_attr(not(test), expect(dead_code, reason = "read by the documentation test"))]
 pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
     StandardDoc {
         names: &[otel::ENDPOINT],
