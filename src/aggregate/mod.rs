@@ -15,9 +15,10 @@ pub mod queue;
 pub mod regression;
 pub mod summary;
 
+pub use crate::record::CommMeta;
 pub use link::{Lanes, Sealed, release, summarize};
 pub use open::{Frontier, OpenOps};
 pub use summary::{
-    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, OpSample, P2pGroup, PHASES, Transfer, Waits, WindowId,
-    WindowStats, WindowSummary,
+    ChannelGroup, CollGroup, CollKey, LinkGroup, OpSample, P2pGroup, Transfer, Waits, WindowId, WindowStats,
+    WindowSummary,
 };

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS, route, split};
 use crate::aggregate::flight::{CommProgress, Flight};
-use crate::aggregate::{CommMeta, Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
+use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
 use crate::buffer::window::{Window, WindowState};
 use crate::config::Config;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES};
-use crate::record::{Body, Record};
+use crate::record::{Body, CommMeta, Record};
 
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
 /// published it; the record is then counted as unpublished and the window drains later.

@@ -23,13 +23,12 @@ use super::resource::resource;
 use super::tags::UserTags;
 use super::views::view;
 use super::{queue, sdk_temporality};
-use crate::aggregate::PHASES;
+use crate::aggregate::WindowSummary;
 use crate::aggregate::bandwidth::{UNKNOWN_CLASS, bus_factor, size_class_name};
 use crate::aggregate::queue::Queue;
 use crate::aggregate::regression::{Mode, Samples};
-use crate::aggregate::{CommMeta, WindowSummary};
 use crate::config::{self, Exporter, Temporality};
-use crate::record::Func;
+use crate::record::{CommMeta, Func, PHASES};
 use crate::telemetry::{self, DropCounts, SelfTelemetry};
 
 /// A [`ManualReader`] the provider and the [`Pipeline`] share: the provider registers it, the

@@ -13,13 +13,13 @@ use super::events::{OWN_PID, local};
 use super::guard::guarded;
 use crate::abi::{self, v7};
 use crate::activation::{self, Plan};
-use crate::aggregate::CommMeta;
 use crate::bindings::{
     ncclDebugLogger_t, ncclProfileCeColl, ncclProfileColl, ncclProfileProxyOp, ncclProfileProxyStep, ncclResult_t,
 };
 use crate::comm::{self, Comm};
 use crate::config::Config;
 use crate::nccl_version::{self, NcclVersion};
+use crate::record::CommMeta;
 use crate::record::handle::Context;
 use crate::{clock, export, nccl_log, telemetry};
 

@@ -31,8 +31,9 @@ pub use thread::{TICK, forked, passes, running, start};
 
 use std::time::Instant;
 
+use crate::aggregate::WindowSummary;
 use crate::aggregate::flight::CommProgress;
-use crate::aggregate::{CommMeta, WindowSummary};
+use crate::record::CommMeta;
 use crate::stats::Snapshot;
 
 /// What the telemetry thread drives every tick: the export pipeline (`crate::export` implements

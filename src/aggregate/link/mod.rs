@@ -38,10 +38,10 @@ use super::bandwidth::{UNKNOWN_CLASS, size_class, test_size};
 use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
 use super::queue::{Step, analyze};
 use super::summary::{
-    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
+    ChannelGroup, CollGroup, CollKey, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
 };
 use crate::record::handle::{EPOCH_MASK, Handle, Kind};
-use crate::record::{Body, CollStart, ProxyOpStart, Record};
+use crate::record::{Body, CollStart, CommMeta, ProxyOpStart, Record};
 
 /// A sealed window to summarise.
 #[derive(Clone, Copy, Debug)]
