@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::link::coll_key;
+use super::bandwidth::coll_size;
 use crate::record::{Body, Func, Record};
 
 /// How long an operation may go without a child that tells its completion before it is no longer
@@ -220,7 +220,7 @@ impl Flight {
         let id = r.id;
         match r.body {
             Body::Coll(c) => {
-                let bytes = coll_key(&c, self.nranks).1;
+                let bytes = coll_size(&c, self.nranks).unwrap_or(0);
                 self.add(id, c.func, Some(c.seq), bytes, r.ts, now);
             }
             Body::P2p(p) => self.add(

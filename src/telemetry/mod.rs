@@ -20,14 +20,16 @@
 
 pub mod flush;
 pub mod inbox;
+pub mod process;
 pub mod sink;
 pub mod thread;
 
 pub use crate::comm::DropCounts;
 pub use flush::{FLUSH_MARGIN, flush, flush_deadline, wake};
 pub use inbox::INBOX_CAPACITY;
+pub use process::{forked, running};
 pub use sink::{Sink, add_sink, deliver};
-pub use thread::{TICK, forked, passes, running, start};
+pub use thread::{TICK, passes, start};
 
 use std::time::Instant;
 

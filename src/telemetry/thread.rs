@@ -5,16 +5,16 @@
 //! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush, once one
 //! interval's export made after the last communicator went has gone through (the final totals
 //! reach the collector; while it fails, every interval tries again).
-//! Called on: NCCL's init thread ([`start`]); any thread ([`forked`], [`running`]).
+//! Called on: NCCL's init thread ([`start`]); any thread ([`passes`]).
 #![forbid(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::inbox::{self, Inbox};
-use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, sink};
+use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, process, sink};
 use crate::stats::STATS;
 use crate::{activation, clock, comm};
 
@@ -22,9 +22,6 @@ use crate::{activation, clock, comm};
 /// every [`comm::BUSY_TICK`] while a communicator fills its window fast.
 pub const TICK: Duration = Duration::from_millis(10);
 
-static THREAD: OnceLock<bool> = OnceLock::new();
-/// Pid of the process that started the thread; 0 before.
-static OWNER: AtomicU32 = AtomicU32::new(0);
 /// Passes the thread made (wake-ups), for tests of its parking.
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
@@ -33,25 +30,12 @@ pub fn passes() -> u64 {
     PASSES.load(Ordering::Relaxed)
 }
 
-/// Whether this process is a fork of the one that started the telemetry thread: then the plugin
-/// must stay inert. Called on: any thread (init, finalize, exit).
-pub fn forked() -> bool {
-    let owner = OWNER.load(Ordering::Relaxed);
-    owner != 0 && owner != std::process::id()
-}
-
-/// Whether the telemetry thread runs in this process.
-pub fn running() -> bool {
-    THREAD.get().copied().unwrap_or(false) && !forked()
-}
-
 /// Starts the telemetry thread once per process, with the export back end `backend` builds
 /// (called once, before the thread exists; `None` when export is off). Failure to spawn is logged
 /// and leaves windows to be processed at `finalize` only. Returns whether the thread runs.
 /// Called on: NCCL's init thread.
 pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
-    *THREAD.get_or_init(|| {
-        OWNER.store(std::process::id(), Ordering::Relaxed);
+    process::claim(|| {
         let pipeline = backend().map(|b| {
             sink::add_sink(Arc::new(Inbox));
             flush::set_delivery(b.delivery);

@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 
-use super::bandwidth::{UNKNOWN_CLASS, size_class, test_size};
+use super::bandwidth::{UNKNOWN_CLASS, coll_size, size_class};
 use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
 use super::queue::{Step, analyze};
 use super::summary::{
@@ -262,8 +262,8 @@ fn start_kind(body: &Body) -> Option<Kind> {
 }
 
 /// A collective's group key and nccl-tests size (0 when unknown, [`UNKNOWN_CLASS`]).
-pub(super) fn coll_key(c: &CollStart, nranks: i32) -> (GroupKey, u64) {
-    let bytes = test_size(c.func, c.count.saturating_mul(c.datatype.size()), nranks);
+fn coll_key(c: &CollStart, nranks: i32) -> (GroupKey, u64) {
+    let bytes = coll_size(c, nranks);
     let key = GroupKey::Coll(CollKey {
         func: c.func,
         algo: c.algo,
