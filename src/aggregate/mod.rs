@@ -3,12 +3,14 @@
 //! table of operations still open across windows ([`open`]) with the operations in flight
 //! ([`flight`]), each link's transfers as a queue
 //! ([`queue`]), the mergeable least-squares
-//! statistics behind every link and channel fit ([`regression`]), and nccl-tests' size and
-//! bandwidth definitions ([`bandwidth`]).
+//! statistics behind every link and channel fit ([`regression`]), nccl-tests' size and
+//! bandwidth definitions ([`bandwidth`]), and the export interval those summaries are merged
+//! into and fitted over ([`interval`]: the values the exporter reads).
 //! Pure: no I/O, clocks, atomics or OpenTelemetry types.
 
 pub mod bandwidth;
 pub mod flight;
+pub mod interval;
 pub mod link;
 pub mod open;
 pub mod queue;
@@ -16,6 +18,7 @@ pub mod regression;
 pub mod summary;
 
 pub use crate::record::CommMeta;
+pub use flight::CommProgress;
 pub use link::{Lanes, Sealed, release, summarize};
 pub use open::{Frontier, OpenOps};
 pub use summary::{
