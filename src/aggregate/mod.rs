@@ -1,5 +1,5 @@
 //! Aggregation of closed windows, on the telemetry thread (or `finalize`): the summary types
-//! ([`summary`]), the linking pass that builds them from one window's records ([`link`]), the
+//! ([`summary`]), the rule for which events are open ([`lifetime`]), the linking pass that builds them from one window's records ([`link`]), the
 //! table of operations still open across windows ([`open`]) with the operations in flight
 //! ([`flight`]), each link's transfers as a queue
 //! ([`queue`]), the mergeable least-squares
@@ -11,6 +11,7 @@
 pub mod bandwidth;
 pub mod flight;
 pub mod interval;
+pub mod lifetime;
 pub mod link;
 pub mod open;
 pub mod queue;
