@@ -1,5 +1,6 @@
 //! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
-//! recording of every window summary, the interval's link and channel fits, the self-telemetry
+//! recording of every window summary, the interval's link and channel figures
+//! ([`crate::aggregate::interval`]), the self-telemetry
 //! counters and each communicator's progress ([`progress`]), and one export request per interval
 //! (or flush) handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
 #![forbid(unsafe_code)]
