@@ -1,5 +1,5 @@
 //! The consumer side of a communicator: closing windows on their count or time trigger, tracking
-//! which events are still open (and handing every record to the operations in flight as soon as
+//! which events are still open ([`crate::aggregate::lifetime`] decides) (and handing every record to the operations in flight as soon as
 //! it is published, with a hang check per poll), sealing and summarising windows, and recycling
 //! them. Every edge of the window state machine is taken here, under the communicator's consumer
 //! lock.
