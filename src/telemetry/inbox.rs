@@ -1,7 +1,7 @@
 //! The inbox: hands the summaries other threads deliver (a finalizing NCCL thread) to the
 //! telemetry thread's export pipeline, bounded at [`INBOX_CAPACITY`] (the oldest is dropped and
 //! counted). The telemetry thread's own summaries go to the pipeline directly.
-//! Called on: NCCL's init thread ([`open`]); a finalizing NCCL thread ([`push`]); the telemetry
+//! Called on: NCCL's init thread (`open`); a finalizing NCCL thread (`push`); the telemetry
 //! thread ([`take`]); any thread ([`windows_dropped`]). Never records into OpenTelemetry itself.
 #![forbid(unsafe_code)]
 

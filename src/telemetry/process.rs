@@ -1,6 +1,6 @@
 //! Which process the telemetry thread belongs to: whether it runs here, and whether this process
 //! is a fork of the one that started it (then the plugin stays inert).
-//! Called on: NCCL's init thread ([`claim`]); any thread ([`forked`], [`running`]).
+//! Called on: NCCL's init thread (`claim`); any thread ([`forked`], [`running`]).
 #![forbid(unsafe_code)]
 
 use std::sync::OnceLock;

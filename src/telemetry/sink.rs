@@ -1,5 +1,5 @@
 //! Sinks: whoever wants every processed window (tests, tools). Called on: a finalizing NCCL thread
-//! ([`deliver`]), the telemetry thread ([`to_sinks`]), `init` ([`add_sink`]); never on the hot path.
+//! ([`deliver`]), the telemetry thread (`to_sinks`), `init` ([`add_sink`]); never on the hot path.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
