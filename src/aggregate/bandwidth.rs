@@ -4,7 +4,7 @@
 //! Pure arithmetic; used on the telemetry thread.
 #![forbid(unsafe_code)]
 
-use crate::record::Func;
+use crate::record::{CollStart, Func};
 
 /// nccl-tests' "size" of one operation, in bytes, from the Coll/P2p event's `count` × datatype
 /// size (`count_bytes`): AllGather and ReduceScatter report the per-rank part (AllGather's
@@ -17,6 +17,11 @@ pub fn test_size(func: Func, count_bytes: u64, nranks: i32) -> Option<u64> {
         Func::AllGather | Func::ReduceScatter => Some(count_bytes.saturating_mul(u64::from(nranks.unsigned_abs()))),
         _ => Some(count_bytes),
     }
+}
+
+/// [`test_size`] of a collective from its start record.
+pub fn coll_size(c: &CollStart, nranks: i32) -> Option<u64> {
+    test_size(c.func, c.count.saturating_mul(c.datatype.size()), nranks)
 }
 
 /// nccl-tests' bus-bandwidth factor (`busBw = algBw × factor`): `2(n−1)/n` for AllReduce,

@@ -25,7 +25,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::link::coll_key;
+use super::bandwidth::coll_size;
+use super::lifetime::Life;
 use crate::record::{Body, Func, Record};
 
 /// How long an operation may go without a child that tells its completion before it is no longer
@@ -175,8 +176,8 @@ struct Op {
     peer: i32,
     channel: u8,
     send: bool,
-    /// Counts for its operation's completion (a send, or a receive once progressing).
-    counted: bool,
+    /// What was read of it: it counts for its operation's completion while open ([`Life`]).
+    life: Life,
     /// Steps started so far, and open ones: posted, waiting for the peer, on the network.
     steps: u32,
     at: [u32; 3],
@@ -220,7 +221,7 @@ impl Flight {
         let id = r.id;
         match r.body {
             Body::Coll(c) => {
-                let bytes = coll_key(&c, self.nranks).1;
+                let bytes = coll_size(&c, self.nranks).unwrap_or(0);
                 self.add(id, c.func, Some(c.seq), bytes, r.ts, now);
             }
             Body::P2p(p) => self.add(
@@ -237,16 +238,14 @@ impl Flight {
                     peer: o.peer,
                     channel: o.channel,
                     send: o.send,
-                    counted: false,
+                    life: Life::default(),
                     steps: 0,
                     at: [0; 3],
                 };
                 self.ops.insert(id, op);
-                if o.send {
-                    self.count(id);
-                }
+                self.read_op(id, &r.body);
             }
-            Body::InProgress => self.count(id),
+            Body::InProgress => self.read_op(id, &r.body),
             Body::ProxyStep { parent, .. } => {
                 if let Some(op) = self.ops.get_mut(&parent) {
                     op.steps += 1;
@@ -296,13 +295,15 @@ impl Flight {
         }
     }
 
-    /// The op `id` counts for its operation's completion (once).
-    fn count(&mut self, id: u64) {
-        let Some(op) = self.ops.get_mut(&id).filter(|op| !op.counted) else {
+    /// Reads `body`, the start or InProgress of op `id`: once the op is open, it counts for its
+    /// operation's completion.
+    fn read_op(&mut self, id: u64, body: &Body) {
+        let Some(op) = self.ops.get_mut(&id) else {
             return;
         };
-        op.counted = true;
-        if let Some(root) = self.roots.get_mut(&op.root) {
+        if op.life.read(body, !op.send) > 0
+            && let Some(root) = self.roots.get_mut(&op.root)
+        {
             root.children += 1;
             root.open += 1;
         }
@@ -340,7 +341,8 @@ impl Flight {
             return;
         }
         let root = match (self.ops.remove(&id), self.kernels.remove(&id)) {
-            (Some(op), _) if op.counted => op.root,
+            // Its stop closes an open op.
+            (Some(op), _) if op.life.is_open(!op.send) => op.root,
             (_, Some((root, _))) => root,
             _ => return,
         };
@@ -407,7 +409,7 @@ impl Flight {
             let c = by_channel.entry(op.channel).or_default();
             match op.send {
                 true => c.0 = Some(op),
-                false if op.counted => c.1 = Some(op),
+                false if op.life.is_open(true) => c.1 = Some(op),
                 false => {}
             }
         }

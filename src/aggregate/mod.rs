@@ -1,23 +1,28 @@
 //! Aggregation of closed windows, on the telemetry thread (or `finalize`): the summary types
-//! ([`summary`]), the linking pass that builds them from one window's records ([`link`]), the
+//! ([`summary`]), the rule for which events are open ([`lifetime`]), the linking pass that builds them from one window's records ([`link`]), the
 //! table of operations still open across windows ([`open`]) with the operations in flight
 //! ([`flight`]), each link's transfers as a queue
 //! ([`queue`]), the mergeable least-squares
-//! statistics behind every link and channel fit ([`regression`]), and nccl-tests' size and
-//! bandwidth definitions ([`bandwidth`]).
+//! statistics behind every link and channel fit ([`regression`]), nccl-tests' size and
+//! bandwidth definitions ([`bandwidth`]), and the export interval those summaries are merged
+//! into and fitted over ([`interval`]: the values the exporter reads).
 //! Pure: no I/O, clocks, atomics or OpenTelemetry types.
 
 pub mod bandwidth;
 pub mod flight;
+pub mod interval;
+pub mod lifetime;
 pub mod link;
 pub mod open;
 pub mod queue;
 pub mod regression;
 pub mod summary;
 
+pub use crate::record::CommMeta;
+pub use flight::CommProgress;
 pub use link::{Lanes, Sealed, release, summarize};
 pub use open::{Frontier, OpenOps};
 pub use summary::{
-    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, OpSample, P2pGroup, PHASES, Transfer, Waits, WindowId,
-    WindowStats, WindowSummary,
+    ChannelGroup, CollGroup, CollKey, LinkGroup, OpSample, P2pGroup, Transfer, Waits, WindowId, WindowStats,
+    WindowSummary,
 };

@@ -7,22 +7,7 @@
 use super::queue::Queue;
 use super::regression::Samples;
 use crate::record::handle::CommId;
-use crate::record::{Algo, Datatype, Func, Proto};
-
-/// Communicator metadata, as `init` saw it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CommMeta {
-    /// NCCL's communicator hash.
-    pub hash: u64,
-    /// Communicator name (`commName`), possibly empty.
-    pub name: String,
-    /// Our rank in the communicator.
-    pub rank: i32,
-    /// Number of ranks.
-    pub nranks: i32,
-    /// Number of nodes.
-    pub nnodes: i32,
-}
+use crate::record::{Algo, CommMeta, Datatype, Func, Proto};
 
 /// Which window of which communicator a record slice is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,9 +155,6 @@ pub struct WindowStats {
     pub invalid_gpu: u64,
 }
 
-/// Kernel phases (v7), by phase: 0 initial sync (waiting for peers), 1 compute, 2 final sync.
-pub const PHASES: [&str; 3] = ["initial_sync", "compute", "final_sync"];
-
 /// Everything one window says, ready for export.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WindowSummary {
@@ -187,7 +169,7 @@ pub struct WindowSummary {
     /// Sorted by channel.
     pub channels: Vec<ChannelGroup>,
     /// GPU durations of the kernel phases that ended in this window, in seconds, by phase
-    /// ([`PHASES`]).
+    /// ([`crate::record::PHASES`]).
     pub phases: [Vec<f64>; 3],
     /// Bookkeeping.
     pub stats: WindowStats,

@@ -1,5 +1,5 @@
 //! The consumer side of a communicator: closing windows on their count or time trigger, tracking
-//! which events are still open (and handing every record to the operations in flight as soon as
+//! which events are still open ([`crate::aggregate::lifetime`] decides) (and handing every record to the operations in flight as soon as
 //! it is published, with a hang check per poll), sealing and summarising windows, and recycling
 //! them. Every edge of the window state machine is taken here, under the communicator's consumer
 //! lock.
@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS, route, split};
 use crate::aggregate::flight::{CommProgress, Flight};
-use crate::aggregate::{CommMeta, Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
+use crate::aggregate::lifetime::Life;
+use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
 use crate::buffer::window::{Window, WindowState};
 use crate::config::Config;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES};
-use crate::record::{Body, Record};
+use crate::record::{Body, CommMeta, Record};
 
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
 /// published it; the record is then counted as unpublished and the window drains later.
@@ -33,11 +34,10 @@ pub(super) struct Track {
     scanned: [u32; LANES],
     /// Events started and not yet stopped among the scanned records.
     open: i64,
-    /// Start slots seen (bit per slot), so only real starts count and only their first stop.
+    /// Per start slot (a bit each), what was read of its event ([`Life`]): its start, its first
+    /// stop, and (receive ops) its InProgress.
     started: Vec<u64>,
-    /// Start slots whose stop was seen.
     stopped: Vec<u64>,
-    /// Receive-op start slots whose InProgress was seen (only those count as open).
     progressing: Vec<u64>,
 }
 
@@ -108,15 +108,13 @@ impl Track {
     }
 }
 
-/// Sets bit `i`; returns whether it was clear.
-fn set_bit(bits: &mut Vec<u64>, i: u32) -> bool {
+/// Sets bit `i`.
+fn set_bit(bits: &mut Vec<u64>, i: u32) {
     let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
     if bits.len() <= word {
         bits.resize(word + 1, 0);
     }
-    let fresh = bits[word] & bit == 0;
     bits[word] |= bit;
-    fresh
 }
 
 fn has_bit(bits: &[u64], i: u32) -> bool {
@@ -434,25 +432,28 @@ impl Comm {
                 }) else {
                     continue;
                 };
-                match record.body {
-                    body if body.opens() && h.slot() == slot => {
-                        set_bit(&mut t.started, slot);
-                        if h.kind() == Kind::RecvOp {
-                            continue;
+                // A start counts at its own slot only.
+                if record.body.opens() && h.slot() != slot {
+                    continue;
+                }
+                let at = h.slot();
+                let before = Life {
+                    started: has_bit(&t.started, at),
+                    progressing: has_bit(&t.progressing, at),
+                    stopped: has_bit(&t.stopped, at),
+                };
+                let mut life = before;
+                t.open += i64::from(life.read(&record.body, h.kind() == Kind::RecvOp));
+                if life != before {
+                    for (bits, set) in [
+                        (&mut t.started, life.started),
+                        (&mut t.progressing, life.progressing),
+                        (&mut t.stopped, life.stopped),
+                    ] {
+                        if set {
+                            set_bit(bits, at);
                         }
-                        t.open += 1;
                     }
-                    Body::InProgress if has_bit(&t.started, h.slot()) && set_bit(&mut t.progressing, h.slot()) => {
-                        t.open += 1;
-                    }
-                    Body::Stop
-                        if has_bit(&t.started, h.slot())
-                            && (h.kind() != Kind::RecvOp || has_bit(&t.progressing, h.slot()))
-                            && set_bit(&mut t.stopped, h.slot()) =>
-                    {
-                        t.open -= 1
-                    }
-                    _ => {}
                 }
             }
         }

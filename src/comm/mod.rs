@@ -39,10 +39,10 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
-use crate::aggregate::CommMeta;
 use crate::buffer::sync::{AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use crate::buffer::window::Window;
 use crate::config::Config;
+use crate::record::CommMeta;
 use crate::record::handle::{Context, GEN_MASK};
 use consumer::Consumer;
 

@@ -14,8 +14,8 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::consumer::Consumer;
 use super::{Comm, LIVE};
-use crate::aggregate::CommMeta;
 use crate::config::Config;
+use crate::record::CommMeta;
 use crate::record::handle::{CommId, Context, GEN_MASK, MAX_COMMS};
 
 static COMMS: [OnceLock<&'static Comm>; MAX_COMMS] = [const { OnceLock::new() }; MAX_COMMS];

@@ -10,6 +10,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{AsyncInstrument, Counter, Histogram, Meter, ObservableGauge};
 use parking_lot::Mutex;
 
+use crate::aggregate::interval::Scale;
 use crate::aggregate::{OpSample, Transfer};
 
 /// Histogram bounds for sizes (`By`): powers of two from 1 KiB to 4 GiB.
@@ -138,22 +139,13 @@ impl OpInstruments {
     }
 
     /// Bound once per group: the attribute lookup is paid per call, not per measurement. Only
-    /// instruments that get a value are bound (binding alone creates the series). `bus_factor`
-    /// turns algorithm into bus bandwidth ([`crate::aggregate::bandwidth::bus_factor`]).
-    /// Records a group's operations and transfers; without `sized` (its size is unknown) no
-    /// bytes or bandwidths, without `bus_factor` no bus bandwidth.
-    pub(super) fn record(
-        &self,
-        ops: &[OpSample],
-        transfers: &[Transfer],
-        sized: bool,
-        bus_factor: Option<f64>,
-        attrs: &[KeyValue],
-    ) {
+    /// instruments that get a value are bound (binding alone creates the series). Records a
+    /// group's operations and transfers, with the bytes and bandwidths `scale` gives them.
+    pub(super) fn record(&self, ops: &[OpSample], transfers: &[Transfer], scale: Scale, attrs: &[KeyValue]) {
         if !ops.is_empty() {
             let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
             for op in ops {
-                if sized {
+                if scale.sized {
                     bytes.record(op.bytes as f64);
                 }
                 count.record(u64::from(op.transfers));
@@ -171,12 +163,10 @@ impl OpInstruments {
             let (duration, algbw, busbw) = (duration.bind(attrs), algbw.bind(attrs), busbw.bind(attrs));
             for (op, secs) in ops.iter().filter_map(|o| Some((o, time_of(o)?))) {
                 duration.record(secs);
-                // A zero time (clock granularity) has no bandwidth.
-                if sized && secs > 0.0 {
-                    let alg = op.bytes as f64 / secs;
+                if let Some((alg, bus)) = scale.bandwidths(op.bytes, secs) {
                     algbw.record(alg);
-                    if let Some(factor) = bus_factor {
-                        busbw.record(alg * factor);
+                    if let Some(bus) = bus {
+                        busbw.record(bus);
                     }
                 }
             }

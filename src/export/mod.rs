@@ -6,10 +6,11 @@
 //! plain values, never the communicator registry.
 //!
 //! Threads:
-//! - the telemetry thread owns the [`pipeline::Pipeline`]: it records the summaries the inbox
-//!   collected into the SDK's instruments, merges each interval's regression samples per link and
-//!   channel, and once per interval (or when asked to flush) collects the SDK's state into one
-//!   export request and queues it. It never waits for I/O.
+//! - the telemetry thread owns the [`pipeline::Pipeline`]: it records the summaries it hands over
+//!   (its own, and those finalizing threads left in the inbox) into the SDK's instruments, and the
+//!   figures `crate::aggregate::interval` makes of each interval, and once per interval (or when
+//!   asked to flush) collects the SDK's state into one export request and queues it. It never
+//!   waits for I/O.
 //! - the exporter thread sends queued requests ([`sender`]).
 //!
 //! Invariants: at most `queue` requests wait (the oldest is dropped and counted); at most

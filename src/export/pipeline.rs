@@ -1,5 +1,6 @@
 //! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
-//! recording of every window summary, the interval's link and channel fits, the self-telemetry
+//! recording of every window summary, the interval's link and channel figures
+//! ([`crate::aggregate::interval`]), the self-telemetry
 //! counters and each communicator's progress ([`progress`]), and one export request per interval
 //! (or flush) handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
 #![forbid(unsafe_code)]
@@ -23,13 +24,10 @@ use super::resource::resource;
 use super::tags::UserTags;
 use super::views::view;
 use super::{queue, sdk_temporality};
-use crate::aggregate::PHASES;
-use crate::aggregate::bandwidth::{UNKNOWN_CLASS, bus_factor, size_class_name};
-use crate::aggregate::queue::Queue;
-use crate::aggregate::regression::{Mode, Samples};
-use crate::aggregate::{CommMeta, WindowSummary};
+use crate::aggregate::WindowSummary;
+use crate::aggregate::interval::{CommKey, Interval, Scale, size_class_name};
 use crate::config::{self, Exporter, Temporality};
-use crate::record::Func;
+use crate::record::{CommMeta, Func, PHASES};
 use crate::telemetry::{self, DropCounts, SelfTelemetry};
 
 /// A [`ManualReader`] the provider and the [`Pipeline`] share: the provider registers it, the
@@ -68,26 +66,16 @@ struct Seen {
     drops: Vec<Option<(u16, CommMeta, DropCounts)>>,
 }
 
-/// One link's transfers in the interval so far.
-#[derive(Default)]
-struct LinkInterval {
-    bytes: u64,
-    transfers: u64,
-    queue: Queue,
-}
-
 /// The telemetry thread's export state. Called on: the telemetry thread only.
 pub struct Pipeline {
     _provider: SdkMeterProvider,
     reader: SharedReader,
     inst: Instruments,
     limiter: Limiter,
-    mode: Mode,
     interval: Duration,
     next: Instant,
-    /// The interval's transfers per link and per channel, keyed by their attributes.
-    links: HashMap<Vec<KeyValue>, LinkInterval>,
-    channels: HashMap<Vec<KeyValue>, Samples>,
+    /// The interval's links and channels, fitted when it ends.
+    current: Interval,
     seen: Seen,
     tags: UserTags,
     endpoint: String,
@@ -130,11 +118,9 @@ impl Pipeline {
                 per_interval: export.temporality == Temporality::Delta,
                 seen: HashMap::new(),
             },
-            mode: config.regression_mode,
             interval: config.interval,
             next: now + config.interval,
-            links: HashMap::new(),
-            channels: HashMap::new(),
+            current: Interval::new(config.regression_mode),
             seen: Seen::default(),
             tags: UserTags::default(),
             progress,
@@ -178,7 +164,7 @@ impl Pipeline {
             .add(n, &[KeyValue::new("nccl.family", family.prefix())]);
     }
 
-    /// One window's histograms and counters, and its regression samples for the interval.
+    /// One window's histograms and counters; its links and channels join the interval.
     fn record(&mut self, s: &WindowSummary) {
         let base = comm_attrs(&s.comm);
         let comm = self.attrs_or_overflow(Family::Profiler, base.clone(), 7);
@@ -204,8 +190,9 @@ impl Pipeline {
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             self.user_tag(&mut attrs, g.key.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
-            let (sized, factor) = (g.key.size_class != UNKNOWN_CLASS, bus_factor(g.key.func, s.comm.nranks));
-            self.inst.coll.record(&g.ops, &g.transfers, sized, factor, &attrs);
+            self.inst
+                .coll
+                .record(&g.ops, &g.transfers, Scale::coll(&g.key, s.comm.nranks), &attrs);
             self.waits(&base, g.key.func, &g.ops);
         }
         for g in &s.p2ps {
@@ -220,23 +207,15 @@ impl Pipeline {
             let n = OpInstruments::measurements(&g.ops, &g.transfers);
             self.user_tag(&mut attrs, g.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
-            self.inst.p2p.record(
-                &g.ops,
-                &g.transfers,
-                true,
-                bus_factor(Func::Send, s.comm.nranks),
-                &attrs,
-            );
+            self.inst
+                .p2p
+                .record(&g.ops, &g.transfers, Scale::send(s.comm.nranks), &attrs);
             self.waits(&base, Func::Send, &g.ops);
         }
         for l in &s.links {
-            let key = link_attrs(&s.comm, l.rank, Some(l.peer));
-            let attrs = self.attrs_or_overflow(Family::Link, key.clone(), 1);
+            let attrs = link_attrs(&CommKey::new(&s.comm, l.rank), Some(l.peer));
+            let attrs = self.attrs_or_overflow(Family::Link, attrs, 1);
             self.inst.link_bytes.add(l.bytes, &attrs);
-            let link = self.links.entry(key).or_default();
-            link.bytes = link.bytes.saturating_add(l.bytes);
-            link.transfers += l.transfers;
-            link.queue.merge(&l.queue);
         }
         for (phase, secs) in PHASES.iter().zip(&s.phases).filter(|(_, secs)| !secs.is_empty()) {
             let mut attrs = base.clone();
@@ -246,8 +225,8 @@ impl Pipeline {
             secs.iter().for_each(|&s| h.record(s));
         }
         for c in &s.channels {
-            let key = channel_attrs(&s.comm, c.channel);
-            let attrs = self.attrs_or_overflow(Family::Channel, key.clone(), 2 * c.transfers.len() as u64);
+            let attrs = channel_attrs(&CommKey::new(&s.comm, s.comm.rank), c.channel);
+            let attrs = self.attrs_or_overflow(Family::Channel, attrs, 2 * c.transfers.len() as u64);
             if !c.transfers.is_empty() {
                 let size = self.inst.channel_transfer_size.bind(&attrs);
                 let secs = self.inst.channel_transfer_duration.bind(&attrs);
@@ -256,8 +235,8 @@ impl Pipeline {
                     secs.record(t.secs);
                 }
             }
-            self.channels.entry(key).or_default().merge(&c.samples);
         }
+        self.current.add(s);
     }
 
     /// Fits the interval's samples into the gauges, adds the self-telemetry counters and logs
@@ -276,12 +255,14 @@ impl Pipeline {
         }
         i.link_samples.clear();
         self.progress.clear();
-        for (attrs, link) in std::mem::take(&mut self.links) {
+        let figures = self.current.close();
+        for link in figures.links {
+            let attrs = link_attrs(&link.comm, Some(link.peer));
             if !self.limiter.admit(Family::Link, &attrs) {
                 self.overflow(Family::Link, 1);
                 continue;
             }
-            let fit = link.queue.fit(link.bytes, self.mode);
+            let fit = link.fit;
             let i = &self.inst;
             i.link_samples.record(link.transfers, &attrs);
             let gauges = [
@@ -302,13 +283,14 @@ impl Pipeline {
                 self.inst.link_latency_missing.add(1, &attrs);
             }
         }
-        for (attrs, samples) in std::mem::take(&mut self.channels) {
+        for channel in figures.channels {
+            let attrs = channel_attrs(&channel.comm, channel.channel);
             if !self.limiter.admit(Family::Channel, &attrs) {
                 self.overflow(Family::Channel, 1);
                 continue;
             }
-            if let Some(fit) = samples.fit(self.mode) {
-                self.inst.channel_latency.record(fit.latency(), &attrs);
+            if let Some(latency) = channel.latency {
+                self.inst.channel_latency.record(latency, &attrs);
             }
         }
         self.self_telemetry(own);
@@ -464,26 +446,26 @@ fn graph_attr(graph: Option<bool>) -> Option<KeyValue> {
 
 /// `nccl.comm.hash`, `nccl.comm.name`, `nccl.rank`, `nccl.nranks`.
 fn comm_attrs(meta: &CommMeta) -> Vec<KeyValue> {
-    link_attrs(meta, meta.rank, None)
+    link_attrs(&CommKey::new(meta, meta.rank), None)
 }
 
 /// The channel's attributes: its communicator's and `nccl.channel`.
-fn channel_attrs(meta: &CommMeta, channel: u8) -> Vec<KeyValue> {
-    let mut attrs = comm_attrs(meta);
+fn channel_attrs(comm: &CommKey, channel: u8) -> Vec<KeyValue> {
+    let mut attrs = link_attrs(comm, None);
     attrs.push(KeyValue::new("nccl.channel", i64::from(channel)));
     attrs
 }
 
-/// The communicator's attributes with `nccl.rank` = `rank` (a link's sending rank) and, for a
-/// link, `nccl.peer`; no `nccl.nranks` when the size is unknown (0: ABI v1–v3).
-fn link_attrs(meta: &CommMeta, rank: i32, peer: Option<i32>) -> Vec<KeyValue> {
+/// The communicator's attributes with `nccl.rank` = its key's rank (a link's sending rank) and,
+/// for a link, `nccl.peer`; no `nccl.nranks` when the size is unknown (0: ABI v1–v3).
+fn link_attrs(comm: &CommKey, peer: Option<i32>) -> Vec<KeyValue> {
     let mut attrs = vec![
-        KeyValue::new("nccl.comm.hash", format!("{:#x}", meta.hash)),
-        KeyValue::new("nccl.comm.name", meta.name.clone()),
-        KeyValue::new("nccl.rank", i64::from(rank)),
+        KeyValue::new("nccl.comm.hash", format!("{:#x}", comm.hash)),
+        KeyValue::new("nccl.comm.name", comm.name.clone()),
+        KeyValue::new("nccl.rank", i64::from(comm.rank)),
     ];
-    if meta.nranks > 0 {
-        attrs.push(KeyValue::new("nccl.nranks", i64::from(meta.nranks)));
+    if comm.nranks > 0 {
+        attrs.push(KeyValue::new("nccl.nranks", i64::from(comm.nranks)));
     }
     attrs.extend(peer.map(|p| KeyValue::new("nccl.peer", i64::from(p))));
     attrs
@@ -492,6 +474,8 @@ fn link_attrs(meta: &CommMeta, rank: i32, peer: Option<i32>) -> Vec<KeyValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::queue::Queue;
+    use crate::aggregate::regression::Samples;
     use crate::aggregate::{LinkGroup, WindowStats};
     use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 

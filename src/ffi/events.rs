@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
 use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, StateArgs, legacy};
-use crate::aggregate::PHASES;
 use crate::bindings::{
     ncclProfileColl, ncclProfileCollApi, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p,
     ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerKernelChStop,
@@ -21,7 +20,7 @@ use crate::bindings::{
 use crate::clock;
 use crate::comm::{self, Comm};
 use crate::record::handle::{CommId, Context, Handle, Kind};
-use crate::record::{Algo, Body, Func, ProxyOpStart};
+use crate::record::{Algo, Body, Func, PHASES, ProxyOpStart};
 use crate::stats::STATS;
 
 /// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
@@ -423,10 +422,10 @@ pub(super) fn record_event_state<A: StateArgs>(
 #[allow(clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::aggregate::CommMeta;
     use crate::bindings::ncclSuccess;
     use crate::config::Config;
     use crate::nccl_log;
+    use crate::record::CommMeta;
 
     #[test]
     fn a_panic_disables_the_communicator_and_its_last_finalize_still_flushes() {

@@ -10,13 +10,13 @@ use super::events::{UNTIMED, record_event_state, start_event, stop_event};
 use super::guard::guarded;
 use super::lifecycle::{finalize, init};
 use crate::abi::{Descriptor, StateArgs};
-use crate::aggregate::CommMeta;
 use crate::bindings::{
     ncclDebugLogger_t, ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
     ncclProfiler_v6_t, ncclProfiler_v7_t, ncclProfilerEventState_t, ncclProfilerProxyOpSendDone,
     ncclProfilerProxyOpSendTransmitted, ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
+use crate::record::CommMeta;
 use crate::stats::STATS;
 
 /// The exported function table: `#[repr(transparent)]` so its symbol has the C layout.

@@ -9,8 +9,10 @@
 
 pub mod compact;
 pub mod handle;
+pub mod meta;
 pub mod names;
 
+pub use meta::{CommMeta, PHASES};
 pub use names::{Algo, Datatype, Func, Proto};
 
 /// Start of a collective (`Coll` event).

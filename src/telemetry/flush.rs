@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Delivery;
-use super::thread::running;
+use super::process::running;
 use crate::config::Config;
 
 /// Added to the export timeout for a flush's deadline: the telemetry thread's own work.

@@ -1,15 +1,15 @@
-//! The inbox: the sink that hands summaries from any delivering thread to the telemetry thread's
-//! export pipeline, bounded at [`INBOX_CAPACITY`] (the oldest is dropped and counted).
-//! Called on: the telemetry thread or a finalizing NCCL thread ([`Inbox`]); the telemetry thread
-//! ([`take`]); any thread ([`windows_dropped`]). Never records into OpenTelemetry itself.
+//! The inbox: hands the summaries other threads deliver (a finalizing NCCL thread) to the
+//! telemetry thread's export pipeline, bounded at [`INBOX_CAPACITY`] (the oldest is dropped and
+//! counted). The telemetry thread's own summaries go to the pipeline directly.
+//! Called on: NCCL's init thread (`open`); a finalizing NCCL thread (`push`); the telemetry
+//! thread ([`take`]); any thread ([`windows_dropped`]). Never records into OpenTelemetry itself.
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::Sink;
 use crate::aggregate::WindowSummary;
 
 /// Summaries waiting for the telemetry thread; the oldest is dropped (and counted) beyond this.
@@ -17,13 +17,21 @@ pub const INBOX_CAPACITY: usize = 256;
 
 static INBOX: Mutex<VecDeque<WindowSummary>> = Mutex::new(VecDeque::new());
 static WINDOWS_DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Whether an export pipeline reads the inbox (set once, before the telemetry thread starts).
+static OPEN: AtomicBool = AtomicBool::new(false);
 
-/// The sink in front of the export pipeline: a short lock and a clone.
-pub struct Inbox;
+/// Opens the inbox: an export pipeline will take what [`push`] puts in.
+pub(super) fn open() {
+    OPEN.store(true, Ordering::Relaxed);
+}
 
-impl Sink for Inbox {
-    fn window(&self, summary: &WindowSummary) {
-        let mut inbox = INBOX.lock();
+/// Puts clones of `summaries` in the inbox when it is open: a short lock.
+pub(super) fn push(summaries: &[WindowSummary]) {
+    if summaries.is_empty() || !OPEN.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut inbox = INBOX.lock();
+    for summary in summaries {
         if inbox.len() >= INBOX_CAPACITY {
             inbox.pop_front();
             WINDOWS_DROPPED.fetch_add(1, Ordering::Relaxed);

@@ -5,9 +5,10 @@
 //! communicator is live (once the final totals were exported). Every [`TICK`], or at once when
 //! [`flush`] asks, it polls each communicator ([`crate::comm::Comm::poll`]): windows
 //! close on their count or time trigger, finished windows are summarised, and each summary goes to
-//! every registered [`Sink`] ([`sink`]), the export [`inbox`] among them; then the export
-//! [`Pipeline`] records what arrived and, once per interval or on a flush, queues an export
-//! request. `finalize` hands its communicator's last windows to the same sinks ([`deliver`]).
+//! every registered [`Sink`] ([`sink`]) and straight to the export [`Pipeline`], which records it
+//! and, once per interval or on a flush, queues an export request. `finalize` hands its
+//! communicator's last windows to the same sinks and, through the [`inbox`], to the pipeline
+//! ([`deliver`]).
 //!
 //! The export side is reached only through the traits here ([`Pipeline`], [`Delivery`]) and
 //! plain values ([`SelfTelemetry`]): `crate::export` depends on this module, never the reverse.
@@ -20,19 +21,22 @@
 
 pub mod flush;
 pub mod inbox;
+pub mod process;
 pub mod sink;
 pub mod thread;
 
 pub use crate::comm::DropCounts;
 pub use flush::{FLUSH_MARGIN, flush, flush_deadline, wake};
 pub use inbox::INBOX_CAPACITY;
+pub use process::{forked, running};
 pub use sink::{Sink, add_sink, deliver};
-pub use thread::{TICK, forked, passes, running, start};
+pub use thread::{TICK, passes, start};
 
 use std::time::Instant;
 
+use crate::aggregate::WindowSummary;
 use crate::aggregate::flight::CommProgress;
-use crate::aggregate::{CommMeta, WindowSummary};
+use crate::record::CommMeta;
 use crate::stats::Snapshot;
 
 /// What the telemetry thread drives every tick: the export pipeline (`crate::export` implements

@@ -1,11 +1,12 @@
-//! Sinks: whoever wants every processed window (the export inbox, tests). Called on: the telemetry
-//! thread or a finalizing NCCL thread ([`deliver`]), `init` ([`add_sink`]); never on the hot path.
+//! Sinks: whoever wants every processed window (tests, tools). Called on: a finalizing NCCL thread
+//! ([`deliver`]), the telemetry thread (`to_sinks`), `init` ([`add_sink`]); never on the hot path.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::inbox;
 use crate::aggregate::WindowSummary;
 
 /// Receives every processed window. Called on: the telemetry thread or a finalizing NCCL thread,
@@ -22,8 +23,15 @@ pub fn add_sink(sink: Arc<dyn Sink>) {
     SINKS.write().push(sink);
 }
 
-/// Hands summaries to every sink.
+/// Hands summaries a thread other than the telemetry thread processed (a finalizing one) to every
+/// sink and, through the inbox, to the export pipeline.
 pub fn deliver(summaries: &[WindowSummary]) {
+    to_sinks(summaries);
+    inbox::push(summaries);
+}
+
+/// Hands summaries to every sink; the telemetry thread hands its own to the pipeline itself.
+pub(super) fn to_sinks(summaries: &[WindowSummary]) {
     let sinks = SINKS.read().clone();
     for summary in summaries {
         sinks.iter().for_each(|s| s.window(summary));

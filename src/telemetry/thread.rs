@@ -5,16 +5,16 @@
 //! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush, once one
 //! interval's export made after the last communicator went has gone through (the final totals
 //! reach the collector; while it fails, every interval tries again).
-//! Called on: NCCL's init thread ([`start`]); any thread ([`forked`], [`running`]).
+//! Called on: NCCL's init thread ([`start`]); any thread ([`passes`]).
 #![forbid(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::inbox::{self, Inbox};
-use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, sink};
+use super::inbox;
+use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, process, sink};
+use crate::aggregate::WindowSummary;
 use crate::stats::STATS;
 use crate::{activation, clock, comm};
 
@@ -22,9 +22,6 @@ use crate::{activation, clock, comm};
 /// every [`comm::BUSY_TICK`] while a communicator fills its window fast.
 pub const TICK: Duration = Duration::from_millis(10);
 
-static THREAD: OnceLock<bool> = OnceLock::new();
-/// Pid of the process that started the thread; 0 before.
-static OWNER: AtomicU32 = AtomicU32::new(0);
 /// Passes the thread made (wake-ups), for tests of its parking.
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
@@ -33,27 +30,14 @@ pub fn passes() -> u64 {
     PASSES.load(Ordering::Relaxed)
 }
 
-/// Whether this process is a fork of the one that started the telemetry thread: then the plugin
-/// must stay inert. Called on: any thread (init, finalize, exit).
-pub fn forked() -> bool {
-    let owner = OWNER.load(Ordering::Relaxed);
-    owner != 0 && owner != std::process::id()
-}
-
-/// Whether the telemetry thread runs in this process.
-pub fn running() -> bool {
-    THREAD.get().copied().unwrap_or(false) && !forked()
-}
-
 /// Starts the telemetry thread once per process, with the export back end `backend` builds
 /// (called once, before the thread exists; `None` when export is off). Failure to spawn is logged
 /// and leaves windows to be processed at `finalize` only. Returns whether the thread runs.
 /// Called on: NCCL's init thread.
 pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
-    *THREAD.get_or_init(|| {
-        OWNER.store(std::process::id(), Ordering::Relaxed);
+    process::claim(|| {
         let pipeline = backend().map(|b| {
-            sink::add_sink(Arc::new(Inbox));
+            inbox::open();
             flush::set_delivery(b.delivery);
             b.pipeline
         });
@@ -93,11 +77,13 @@ fn run(build: Option<BuildPipeline>) {
         let pass = catch_unwind(AssertUnwindSafe(|| {
             let now = Instant::now();
             activation::tick(SystemTime::now());
-            busy = poll_all(now);
-            // Takes what waits in the inbox into the pipeline, which exports with `flush` or at
-            // the end of an interval.
-            let mut record = |flush: bool| {
+            let mut own;
+            (busy, own) = poll_all(now);
+            // Takes what other threads left in the inbox, then `own`, into the pipeline, which
+            // exports with `flush` or at the end of an interval.
+            let mut record = |own: Vec<WindowSummary>, flush: bool| {
                 let mut summaries = inbox::take();
+                summaries.extend(own);
                 pipeline
                     .as_mut()
                     .and_then(|p| p.tick(now, flush, summaries.make_contiguous(), &self_telemetry))
@@ -109,11 +95,12 @@ fn run(build: Option<BuildPipeline>) {
                 // inbox: what waits there goes into the pipeline before each communicator's drain.
                 let secs_per_tick = clock::secs_per_tick();
                 for comm in comm::all() {
-                    record(false);
-                    sink::deliver(&comm.drain(secs_per_tick));
+                    record(std::mem::take(&mut own), false);
+                    own = comm.drain(secs_per_tick);
+                    sink::to_sinks(&own);
                 }
             }
-            seq = record(request.is_some());
+            seq = record(own, request.is_some());
         }));
         if pass.is_err() {
             STATS.panics.incr();
@@ -127,23 +114,25 @@ fn run(build: Option<BuildPipeline>) {
     }
 }
 
-/// One pass over every communicator; returns whether one of them is [`comm::Comm::busy`].
+/// One pass over every communicator; returns whether one of them is [`comm::Comm::busy`], and
+/// the summaries of the windows processed (already handed to the sinks).
 /// Processing a full window takes milliseconds: after each communicator that processed one,
 /// every communicator's window is closed if due, so that a fast one does not fill its window's
 /// headroom meanwhile.
-fn poll_all(now: Instant) -> bool {
+fn poll_all(now: Instant) -> (bool, Vec<WindowSummary>) {
     let secs_per_tick = clock::secs_per_tick();
-    let mut busy = false;
+    let (mut busy, mut all) = (false, Vec::new());
     for comm in comm::all() {
         let summaries = comm.poll(now, secs_per_tick);
         if summaries.iter().any(|s| s.stats.records > 0) {
             let now = Instant::now();
             comm::all().for_each(|c| c.rotate(now));
         }
-        sink::deliver(&summaries);
+        sink::to_sinks(&summaries);
+        all.extend(summaries);
         busy |= comm.busy();
     }
-    busy
+    (busy, all)
 }
 
 /// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A

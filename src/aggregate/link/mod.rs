@@ -34,14 +34,15 @@
 
 use std::collections::HashMap;
 
-use super::bandwidth::{UNKNOWN_CLASS, size_class, test_size};
+use super::bandwidth::{UNKNOWN_CLASS, coll_size, size_class};
+use super::lifetime::Life;
 use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
 use super::queue::{Step, analyze};
 use super::summary::{
-    ChannelGroup, CollGroup, CollKey, CommMeta, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
+    ChannelGroup, CollGroup, CollKey, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
 };
 use crate::record::handle::{EPOCH_MASK, Handle, Kind};
-use crate::record::{Body, CollStart, ProxyOpStart, Record};
+use crate::record::{Body, CollStart, CommMeta, Record};
 
 /// A sealed window to summarise.
 #[derive(Clone, Copy, Debug)]
@@ -262,8 +263,8 @@ fn start_kind(body: &Body) -> Option<Kind> {
 }
 
 /// A collective's group key and nccl-tests size (0 when unknown, [`UNKNOWN_CLASS`]).
-pub(super) fn coll_key(c: &CollStart, nranks: i32) -> (GroupKey, u64) {
-    let bytes = test_size(c.func, c.count.saturating_mul(c.datatype.size()), nranks);
+fn coll_key(c: &CollStart, nranks: i32) -> (GroupKey, u64) {
+    let bytes = coll_size(c, nranks);
     let key = GroupKey::Coll(CollKey {
         func: c.func,
         algo: c.algo,
@@ -352,6 +353,22 @@ impl<'a> Pass<'a> {
         if ours { RootRef::Pending(handle) } else { RootRef::None }
     }
 
+    /// Reads `body`, a record of the event started at slot `s` (before its flags take it in),
+    /// into the count of events left open ([`Life`]); ProxySteps are checked on their own.
+    fn count_open(&mut self, s: usize, body: &Body) {
+        let (start, slot) = (&self.records[s].body, &self.slots[s]);
+        if matches!(start, Body::ProxyStep { .. }) {
+            return;
+        }
+        let mut life = Life {
+            started: slot.has(STARTED) && start.opens(),
+            progressing: slot.has(IN_PROGRESS),
+            stopped: slot.has(STOPPED),
+        };
+        let recv = matches!(start, Body::ProxyOp(op) if !op.send);
+        self.unstopped = self.unstopped.wrapping_add_signed(i64::from(life.read(body, recv)));
+    }
+
     /// Phase 1: register roots, note later records on their event's start slot.
     fn track(&mut self) {
         let records = self.records;
@@ -369,6 +386,7 @@ impl<'a> Pass<'a> {
                 if self.slot_of(rec.id) != Some(i) {
                     continue;
                 }
+                self.count_open(i, &rec.body);
                 self.slots[i].flags |= STARTED;
                 match rec.body {
                     Body::Coll(c) => {
@@ -388,13 +406,6 @@ impl<'a> Pass<'a> {
                     }
                     Body::ProxyStep { .. } => self.steps.push(ix(i)),
                     _ => self.children.push(ix(i)),
-                }
-                // Steps are checked on their own; a receive op is expected to stop once progressing.
-                if !matches!(
-                    rec.body,
-                    Body::ProxyStep { .. } | Body::ProxyOp(ProxyOpStart { send: false, .. })
-                ) {
-                    self.unstopped = self.unstopped.wrapping_add(1);
                 }
                 continue;
             }
@@ -420,25 +431,17 @@ impl<'a> Pass<'a> {
                 }
                 continue;
             }
+            self.count_open(s, &rec.body);
             let slot = &mut self.slots[s];
             match rec.body {
                 Body::Stop if !slot.has(STOPPED) => {
                     slot.stop = rec.ts;
                     slot.flags |= STOPPED;
-                    let expected = match start {
-                        Body::ProxyStep { .. } => false,
-                        Body::ProxyOp(op) => op.send || slot.has(IN_PROGRESS),
-                        _ => true,
-                    };
-                    if expected {
-                        self.unstopped = self.unstopped.wrapping_sub(1);
-                    }
                 }
                 Body::InProgress
                     if !slot.has(IN_PROGRESS | STOPPED) && matches!(start, Body::ProxyOp(op) if !op.send) =>
                 {
                     slot.flags |= IN_PROGRESS;
-                    self.unstopped = self.unstopped.wrapping_add(1);
                 }
                 Body::PeerWait if slot.waited == 0 && matches!(start, Body::ProxyStep { .. }) => {
                     slot.waited = rec.ts.max(1);

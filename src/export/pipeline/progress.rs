@@ -13,8 +13,7 @@ use opentelemetry::metrics::{Counter, Histogram, Meter};
 use super::super::catalogue::{DURATION_BOUNDS, Fresh, gauge, histogram};
 use super::super::limiter::Family;
 use super::{Pipeline, comm_attrs};
-use crate::aggregate::OpSample;
-use crate::aggregate::flight::CommProgress;
+use crate::aggregate::{CommProgress, OpSample};
 use crate::record::Func;
 use crate::telemetry::CommDrops;
 

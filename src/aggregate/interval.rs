@@ -1,0 +1,246 @@
+//! One export interval, the second stage of aggregation: the window summaries of the interval
+//! merged per link and per channel, and every figure made from them — each link's queue fit
+//! (latency, bandwidth, R², throughput), each channel's regression, and the nccl-tests bandwidths
+//! of an operation group ([`Scale`]). Plain values out, keyed by what their attributes name; the
+//! exporter only maps them onto instruments.
+//! Pure; called on the telemetry thread only.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+
+use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
+use super::queue::Queue;
+use super::regression::{Mode, Samples};
+use super::summary::{CollKey, WindowSummary};
+use crate::record::{CommMeta, Func};
+
+pub use super::bandwidth::size_class_name;
+pub use super::queue::LinkFit;
+
+/// A communicator as the figures' attributes name it, with the rank they are about.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CommKey {
+    /// NCCL's communicator hash.
+    pub hash: u64,
+    /// Communicator name, possibly empty.
+    pub name: String,
+    /// The rank the figures are about (a link's sending rank, else ours).
+    pub rank: i32,
+    /// Number of ranks; 0 when unknown (ABI v1–v3).
+    pub nranks: i32,
+}
+
+impl CommKey {
+    /// `meta`'s key, about `rank`.
+    pub fn new(meta: &CommMeta, rank: i32) -> CommKey {
+        CommKey {
+            hash: meta.hash,
+            name: meta.name.clone(),
+            rank,
+            nranks: meta.nranks.max(0),
+        }
+    }
+}
+
+/// A link's transfers in the interval so far.
+#[derive(Clone, Debug, Default)]
+struct LinkTotals {
+    bytes: u64,
+    transfers: u64,
+    queue: Queue,
+}
+
+/// A link's figures for the interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkFigures {
+    /// The sending side.
+    pub comm: CommKey,
+    /// The receiving rank.
+    pub peer: i32,
+    /// Transfers in the interval.
+    pub transfers: u64,
+    /// What they say about the link.
+    pub fit: LinkFit,
+}
+
+/// A channel's figures for the interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelFigures {
+    /// The communicator, about our rank.
+    pub comm: CommKey,
+    /// Channel id.
+    pub channel: u8,
+    /// Latency of its idle transfers' fit, seconds; `None` without a fit.
+    pub latency: Option<f64>,
+}
+
+/// The figures of one closed interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Figures {
+    /// Every link with transfers in the interval, sorted by key.
+    pub links: Vec<LinkFigures>,
+    /// Every channel with transfers in the interval, sorted by key.
+    pub channels: Vec<ChannelFigures>,
+}
+
+/// The interval being collected: each link's and channel's transfers merged across windows.
+#[derive(Debug)]
+pub struct Interval {
+    mode: Mode,
+    links: BTreeMap<(CommKey, i32), LinkTotals>,
+    channels: BTreeMap<(CommKey, u8), Samples>,
+}
+
+impl Interval {
+    /// An empty interval whose fits use `mode`.
+    pub fn new(mode: Mode) -> Interval {
+        Interval {
+            mode,
+            links: BTreeMap::new(),
+            channels: BTreeMap::new(),
+        }
+    }
+
+    /// Merges one window's links and channels into the interval.
+    pub fn add(&mut self, s: &WindowSummary) {
+        for l in &s.links {
+            let link = self.links.entry((CommKey::new(&s.comm, l.rank), l.peer)).or_default();
+            link.bytes = link.bytes.saturating_add(l.bytes);
+            link.transfers += l.transfers;
+            link.queue.merge(&l.queue);
+        }
+        for c in &s.channels {
+            let key = (CommKey::new(&s.comm, s.comm.rank), c.channel);
+            self.channels.entry(key).or_default().merge(&c.samples);
+        }
+    }
+
+    /// Ends the interval: its figures, and an empty interval in its place.
+    pub fn close(&mut self) -> Figures {
+        let mode = self.mode;
+        let links = std::mem::take(&mut self.links)
+            .into_iter()
+            .map(|((comm, peer), link)| LinkFigures {
+                comm,
+                peer,
+                transfers: link.transfers,
+                fit: link.queue.fit(link.bytes, mode),
+            })
+            .collect();
+        let channels = std::mem::take(&mut self.channels)
+            .into_iter()
+            .map(|((comm, channel), samples)| ChannelFigures {
+                comm,
+                channel,
+                latency: samples.fit(mode).map(|f| f.latency()),
+            })
+            .collect();
+        Figures { links, channels }
+    }
+}
+
+/// How a group of operations' sizes turn into bandwidths, as nccl-tests defines them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scale {
+    /// Whether their size is known (else no bytes and no bandwidth).
+    pub sized: bool,
+    /// Algorithm to bus bandwidth; `None` when the communicator's size is unknown.
+    bus_factor: Option<f64>,
+}
+
+impl Scale {
+    /// Collectives of kind `key` in a communicator of `nranks`.
+    pub fn coll(key: &CollKey, nranks: i32) -> Scale {
+        Scale {
+            sized: key.size_class != UNKNOWN_CLASS,
+            bus_factor: bus_factor(key.func, nranks),
+        }
+    }
+
+    /// Sends in a communicator of `nranks`.
+    pub fn send(nranks: i32) -> Scale {
+        Scale {
+            sized: true,
+            bus_factor: bus_factor(Func::Send, nranks),
+        }
+    }
+
+    /// Algorithm and bus bandwidth (bytes per second) of `bytes` moved in `secs`; `None` without
+    /// a size or a time (a zero time is clock granularity), no bus bandwidth without its factor.
+    pub fn bandwidths(&self, bytes: u64, secs: f64) -> Option<(f64, Option<f64>)> {
+        if !self.sized || secs <= 0.0 {
+            return None;
+        }
+        let alg = bytes as f64 / secs;
+        Some((alg, self.bus_factor.map(|f| alg * f)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{LinkGroup, WindowStats};
+
+    fn summary(rank: i32, links: Vec<LinkGroup>) -> WindowSummary {
+        WindowSummary {
+            comm: CommMeta {
+                hash: 7,
+                name: "c".into(),
+                rank,
+                nranks: 4,
+                nnodes: 1,
+            },
+            colls: Vec::new(),
+            p2ps: Vec::new(),
+            links,
+            channels: Vec::new(),
+            phases: Default::default(),
+            stats: WindowStats::default(),
+        }
+    }
+
+    fn link(rank: i32, bytes: u64) -> LinkGroup {
+        let mut queue = Queue::default();
+        queue.idle.push(bytes, 1e-5);
+        queue.busy = 1e-5;
+        LinkGroup {
+            rank,
+            peer: 1,
+            bytes,
+            transfers: 1,
+            queue,
+        }
+    }
+
+    /// Windows of one link merge, whichever local communicator saw them: a link is named by its
+    /// sending rank, not by ours.
+    #[test]
+    fn windows_of_one_link_merge_and_the_interval_starts_over() {
+        let mut interval = Interval::new(Mode::Avg);
+        interval.add(&summary(0, vec![link(5, 1024)]));
+        interval.add(&summary(2, vec![link(5, 2048)]));
+        let figures = interval.close();
+        assert_eq!(figures.links.len(), 1);
+        let l = &figures.links[0];
+        assert_eq!((l.comm.rank, l.peer, l.transfers), (5, 1, 2));
+        assert_eq!(l.fit.throughput, Some(3072.0 / 2e-5));
+        assert_eq!(interval.close(), Figures::default());
+    }
+
+    #[test]
+    fn bandwidths_need_a_size_and_a_time() {
+        let sized = Scale::send(2);
+        assert_eq!(sized.bandwidths(1000, 0.5), Some((2000.0, Some(2000.0))));
+        assert_eq!(sized.bandwidths(1000, 0.0), None);
+        let unknown = Scale {
+            sized: false,
+            bus_factor: Some(1.0),
+        };
+        assert_eq!(unknown.bandwidths(1000, 0.5), None);
+        let no_factor = Scale {
+            sized: true,
+            bus_factor: None,
+        };
+        assert_eq!(no_factor.bandwidths(1000, 0.5), Some((2000.0, None)));
+    }
+}
