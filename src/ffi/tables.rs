@@ -19,13 +19,47 @@ use crate::bindings::{
 use crate::clock;
 use crate::stats::STATS;
 
-/// The exported function table: `#[repr(transparent)]` so its symbol has the C layout.
+/// The exported function table: `#[repr(transparent)]` so its symbol has the C layout. Built
+/// only here, over the profiler table types ([`ProfilerTable`]).
 #[repr(transparent)]
-pub struct Table<T>(pub T);
+pub struct Table<T>(T);
 
-// SAFETY: the only non-`Sync` fields are `name`, a pointer to a `'static` C string literal that
-// is never written, and NULL padding; the rest are function pointers.
-unsafe impl<T> Sync for Table<T> {}
+impl<T> Table<T> {
+    /// The table NCCL reads.
+    pub const fn get(&self) -> &T {
+        &self.0
+    }
+}
+
+mod sealed {
+    /// Implemented by the bindings' profiler tables only.
+    pub trait Sealed {}
+}
+
+/// A profiler table of the bindings (or the padded v7 one): function pointers, a `name` pointer
+/// and NULL padding, nothing else.
+pub trait ProfilerTable: sealed::Sealed {}
+
+macro_rules! profiler_tables {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl ProfilerTable for $t {}
+    )*};
+}
+profiler_tables!(
+    ncclProfiler_v1_t,
+    ncclProfiler_v2_t,
+    ncclProfiler_v3_t,
+    ncclProfiler_v4_t,
+    ncclProfiler_v5_t,
+    ncclProfiler_v6_t,
+    Padded<ncclProfiler_v7_t>
+);
+
+// SAFETY: a `ProfilerTable`'s only non-`Sync` fields are `name`, a pointer to a `'static` C
+// string literal that is never written, and NULL padding; the rest are function pointers. The
+// field is private and every `Table` is one of the immutable statics below.
+unsafe impl<T: ProfilerTable> Sync for Table<T> {}
 
 /// A table followed by two NULL pointers. Two unreleased designs that reuse the name
 /// `ncclProfiler_v7` give the table a seventh (and eighth) entry and read NULL there as "not
