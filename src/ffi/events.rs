@@ -438,6 +438,7 @@ mod tests {
             nranks: 2,
             nnodes: 1,
         };
+        let _serial = comm::TESTS.lock();
         let id = comm::register(meta, Config::global()).expect("a free slot");
         let context = Context::new(id, 0xBAD).encode();
         let before = STATS.panics.get();
