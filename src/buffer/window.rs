@@ -101,6 +101,21 @@ pub struct Claim {
     pub epoch: u32,
 }
 
+/// What [`Window::push`] makes a record's handle from, once it has claimed the record's slot. A
+/// closure does; a type implementing it with `#[inline(always)]` keeps the hot path inlined
+/// where LLVM would leave a closure out of line.
+pub trait MakeId {
+    /// The handle of the record in `claim`.
+    fn make_id(self, claim: Claim) -> u64;
+}
+
+impl<F: FnOnce(Claim) -> u64> MakeId for F {
+    #[inline(always)]
+    fn make_id(self, claim: Claim) -> u64 {
+        self(claim)
+    }
+}
+
 /// A fixed-capacity window of records.
 pub struct Window {
     cursors: [CachePadded<AtomicU64>; LANES],
@@ -280,21 +295,34 @@ impl Window {
     /// it. `None` when the lane is full, the window sealed, or `entry` is not of the lane's form
     /// (nothing is claimed then). Called on: NCCL user and proxy threads.
     #[inline(always)]
-    pub fn push(&self, lane: usize, entry: Entry, id: impl FnOnce(Claim) -> u64) -> Option<Claim> {
+    pub fn push(&self, lane: usize, entry: Entry, id: impl MakeId) -> Option<Claim> {
         match entry {
-            Entry::Full(r) if lane == 0 => self.claim(lane, &self.app, 0, |c| Record { id: id(c), ..r }),
+            Entry::Full(r) if lane == 0 => {
+                let (claim, slot) = self.claim(lane, &self.app, 0)?;
+                Self::publish(
+                    slot,
+                    Record {
+                        id: id.make_id(claim),
+                        ..r
+                    },
+                    claim.epoch,
+                );
+                Some(claim)
+            }
             Entry::Packed(p) if lane > 0 => {
                 let base = (lane - 1) * self.stride as usize;
-                self.claim(lane, &self.packed, base, |c| p.with_id(id(c)))
+                let (claim, slot) = self.claim(lane, &self.packed, base)?;
+                Self::publish(slot, p.with_id(id.make_id(claim)), claim.epoch);
+                Some(claim)
             }
             _ => None,
         }
     }
 
-    /// Claims a slot in `lane`, whose slots are `arena`'s from `base` on, and publishes
-    /// `build(claim)` in it.
+    /// Claims a slot in `lane`, whose slots are `arena`'s from `base` on: the claim and its
+    /// slot, for [`Window::publish`].
     #[inline(always)]
-    fn claim<T>(&self, lane: usize, arena: &Arena<T>, base: usize, build: impl FnOnce(Claim) -> T) -> Option<Claim> {
+    fn claim<'a, T>(&self, lane: usize, arena: &'a Arena<T>, base: usize) -> Option<(Claim, &'a Slot<T>)> {
         // Acquire: pairs with `open`'s Release, so the epoch bumped by `reset` is visible.
         let index = self.cursors.get(lane)?.fetch_add(1, Ordering::Acquire);
         if index >= u64::from(self.capacity) {
@@ -306,9 +334,7 @@ impl Window {
             epoch: self.epoch.load(Ordering::Relaxed),
         };
         // In range: `index` < capacity <= stride, and the arena holds `base` + stride slots.
-        let slot = arena.get(base + index as usize)?;
-        Self::publish(slot, build(claim), claim.epoch);
-        Some(claim)
+        Some((claim, arena.get(base + index as usize)?))
     }
 
     /// Writes `value` into `slot`, then stamps it with `epoch`.
