@@ -495,10 +495,16 @@ impl<'a> Consumer<'a> {
     }
 
     /// Returns the whole pages of window slots `range`, which lie in one lane, to the kernel.
+    /// Called by `reset` only, on a sealed, drained window: every slot claimed this epoch is
+    /// stamped and no other can be claimed, so no producer writes any slot, and this role alone
+    /// reads.
     fn release_slots(&self, range: std::ops::Range<u32>) {
-        match range.start.checked_sub(self.stride) {
-            None => self.app.release(range),
-            Some(start) => self.packed.release(start..range.end - self.stride),
+        // SAFETY: as said above, no slot of `range` is touched during the call.
+        unsafe {
+            match range.start.checked_sub(self.stride) {
+                None => self.app.release(range),
+                Some(start) => self.packed.release(start..range.end - self.stride),
+            }
         }
     }
 
@@ -513,8 +519,12 @@ impl<'a> Consumer<'a> {
     /// Releases the memory of every slot of a READY window. Called on: consumer (`finalize`).
     pub fn release(&self) {
         if self.state() == WindowState::Ready {
-            self.app.release(0..self.stride);
-            self.packed.release(0..self.stride * (LANES as u32 - 1));
+            // SAFETY: a READY window is sealed (no claim succeeds) and was drained by its reset
+            // (no producer still writes); this role alone reads, and only it opens the window.
+            unsafe {
+                self.app.release(0..self.stride);
+                self.packed.release(0..self.stride * (LANES as u32 - 1));
+            }
         }
     }
 }

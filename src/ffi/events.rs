@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
-use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, StateArgs, legacy};
+use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, Filled, StateArgs, legacy};
 use crate::aggregate::PHASES;
 use crate::bindings;
 use crate::bindings::{
@@ -53,20 +53,18 @@ const KERNEL_PHASE: u64 = ncclProfileKernelPhase as u64;
 /// # Safety
 /// `handle` is NULL or writable; `descr` is NULL or points to a descriptor NCCL filled for this
 /// call.
-pub(super) unsafe fn start_event<D: Descriptor>(
-    owner: &Owner,
-    context: u64,
-    handle: *mut *mut c_void,
-    descr: *const D,
-) {
+pub(super) unsafe fn start_event<D>(owner: &Owner, context: u64, handle: *mut *mut c_void, descr: *const D)
+where
+    Filled<D>: Descriptor,
+{
     if handle.is_null() {
         STATS.null_args.incr();
         return;
     }
     // SAFETY: checked non-NULL; NCCL passes the address of its handle slot.
     unsafe { *handle = std::ptr::null_mut() };
-    // SAFETY: NULL or valid for the duration of this call, per this function's contract.
-    let Some(d) = (unsafe { descr.as_ref() }) else {
+    // SAFETY: NULL or filled by NCCL for this call, per this function's contract.
+    let Some(d) = (unsafe { Filled::from_ptr(descr) }) else {
         STATS.null_args.incr();
         return;
     };
@@ -513,7 +511,8 @@ mod tests {
         assert!(comm::get(id).is_none(), "the communicator is disabled");
         // Its `finalize`, the last one, still ends the process's profiling: the flush runs and
         // NCCL's logger is forgotten (this test is the only one registering communicators).
-        nccl_log::set_logger(Some(fake_logger()));
+        // SAFETY: the fake logger is never called here (nothing logs at WARN in this test).
+        unsafe { nccl_log::set_logger(Some(fake_logger())) };
         // SAFETY: a context value, as NCCL passes it back.
         let rc = unsafe { super::super::lifecycle::finalize(context as *mut std::ffi::c_void) };
         assert_eq!(rc, ncclSuccess);

@@ -9,7 +9,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use super::events::{UNTIMED, record_event_state, start_event, stop_event};
 use super::guard::guarded;
 use super::lifecycle::{finalize, init};
-use crate::abi::{Descriptor, StateArgs};
+use crate::abi::{Descriptor, Filled, StateArgs};
 use crate::aggregate::CommMeta;
 use crate::bindings::{
     ncclDebugLogger_t, ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
@@ -219,11 +219,10 @@ unsafe fn init_shim(
 }
 
 /// `startEvent` of every version, over its descriptor type `D`.
-unsafe extern "C" fn start_event_shim<D: Descriptor>(
-    context: *mut c_void,
-    handle: *mut *mut c_void,
-    descr: *mut D,
-) -> ncclResult_t {
+unsafe extern "C" fn start_event_shim<D>(context: *mut c_void, handle: *mut *mut c_void, descr: *mut D) -> ncclResult_t
+where
+    Filled<D>: Descriptor,
+{
     // SAFETY: NCCL passes a valid descriptor pointer of its table's version, or NULL.
     guarded(|owner| unsafe { start_event(owner, context as u64, handle, descr.cast_const()) })
 }
