@@ -22,15 +22,16 @@ use parking_lot::Mutex;
 
 use crate::abi::{self, v7};
 use crate::bindings::{
-    ncclDebugLogger_t, ncclProfileCeColl, ncclProfileColl, ncclProfileProxyOp, ncclProfileProxyStep,
+    ncclDebugLogger_t, ncclProfileCeColl, ncclProfileColl, ncclProfileKernelCh, ncclProfileKernelPhase,
+    ncclProfileProxyOp, ncclProfileProxyStep,
 };
 use crate::config::Config;
 use crate::nccl_version::{self, NcclVersion};
 
-/// The KernelCh bit (`ncclProfileKernelCh`).
-pub const KERNEL_CH: i32 = 0x40;
-/// The KernelPhase bit (`ncclProfileKernelPhase`, v7): toggled with KernelCh.
-pub const KERNEL_PHASE: i32 = 0x8000;
+/// The KernelCh bit of the mask.
+pub const KERNEL_CH: i32 = ncclProfileKernelCh as i32;
+/// The KernelPhase bit of the mask (v7): toggled with KernelCh.
+pub const KERNEL_PHASE: i32 = ncclProfileKernelPhase as i32;
 
 /// The shortest time KernelCh is requested at a stretch: the telemetry thread toggles it on
 /// 10 ms ticks, so shorter stretches would not be the fraction they claim.

@@ -39,7 +39,11 @@ static LOGGER: RwLock<ncclDebugLogger_t> = RwLock::new(None);
 
 /// Remembers `logfn` for every later log line; `None` (NULL) keeps the previous logger.
 /// Called on: NCCL app thread (`init`).
-pub fn set_logger(logfn: ncclDebugLogger_t) {
+///
+/// # Safety
+/// `logfn` is NULL or NCCL's logger from `init`: callable from any thread as
+/// `logfn(level, subsystem, file, line, "%s", text)` until [`clear_logger`] returns.
+pub unsafe fn set_logger(logfn: ncclDebugLogger_t) {
     if logfn.is_some() {
         *LOGGER.write() = logfn;
     }
@@ -120,9 +124,9 @@ fn info_wanted() -> bool {
 fn emit(line: Line) {
     let logger = LOGGER.read();
     match *logger {
-        // SAFETY: `logfn` came from NCCL's `init` and stays valid while libnccl is loaded; the
-        // read guard keeps `clear_logger` (last `finalize`, before NCCL may unload) from returning
-        // during the call. `fmt` is "%s" and the one variadic argument is a NUL-terminated string
+        // SAFETY: `logfn` is NCCL's logger (`set_logger`'s contract) and stays valid while
+        // libnccl is loaded; the read guard keeps `clear_logger` (last `finalize`, before NCCL
+        // may unload) from returning during the call. `fmt` is "%s" and the one variadic argument is a NUL-terminated string
         // that lives across the call, matching the printf contract.
         Some(logfn) => unsafe {
             logfn(
@@ -284,7 +288,8 @@ mod tests {
 
     #[test]
     fn null_logger_is_ignored_and_install_is_idempotent() {
-        set_logger(None);
+        // SAFETY: NULL, which keeps the previous logger.
+        unsafe { set_logger(None) };
         assert!(LOGGER.read().is_none());
         install();
         install();

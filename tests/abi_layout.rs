@@ -387,8 +387,8 @@ fn v7_descriptor() {
 fn exported_v7_is_padded_with_null_entries() {
     let t = &nccl_profiler_otel::ffi::ncclProfiler_v7;
     assert_eq!(size_of_val(t), 64);
-    assert!(t.0.reserved.iter().all(|p| p.is_null()));
-    assert!(t.0.table.startEvent.is_some() && t.0.table.finalize.is_some());
+    assert!(t.get().reserved.iter().all(|p| p.is_null()));
+    assert!(t.get().table.startEvent.is_some() && t.get().table.finalize.is_some());
 }
 
 #[test]

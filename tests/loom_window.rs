@@ -7,7 +7,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use nccl_profiler_otel::buffer::window::{Claim, Entry, Window, WindowState};
+use nccl_profiler_otel::buffer::window::{Claim, Entry, Window, WindowState, Windows};
 use nccl_profiler_otel::record::Body;
 
 /// Pushes the record `id` into lane 0.
@@ -15,19 +15,26 @@ fn push(w: &Window, id: u64) -> Option<Claim> {
     w.push(0, Entry::new(0, id, Body::Stop)?, |_| id)
 }
 
+/// One window of `capacity` slots per lane, with its consumer lock.
+fn one(capacity: u32) -> Arc<Windows<(), 1>> {
+    Arc::new(Windows::new([Window::new(capacity).unwrap()], ()))
+}
+
 /// Producers 1 and 2 each push one record; returns their handles.
-fn producers(w: &Arc<Window>) -> Vec<thread::JoinHandle<Option<(Claim, u64)>>> {
+fn producers(w: &Arc<Windows<(), 1>>) -> Vec<thread::JoinHandle<Option<(Claim, u64)>>> {
     (1..=2)
         .map(|id| {
             let w = w.clone();
-            thread::spawn(move || push(&w, id).map(|c| (c, id)))
+            thread::spawn(move || push(&w[0], id).map(|c| (c, id)))
         })
         .collect()
 }
 
 /// The consumer's cycle with a reader that does not wait: every record it does read is the one
 /// its claimer wrote; the window becomes READY only once every claimed slot is published.
-fn consume(w: &Window) -> Vec<Option<u64>> {
+fn consume(w: &Windows<(), 1>) -> Vec<Option<u64>> {
+    let held = w.lock();
+    let [w] = held.windows();
     let _ = w.published(0); // the CLOSING scan, concurrent with producers
     assert!(w.close());
     let n = w.seal().unwrap();
@@ -46,10 +53,12 @@ fn consume(w: &Window) -> Vec<Option<u64>> {
 #[test]
 fn give_up_drain_reset_and_reopen() {
     loom::model(|| {
-        let w = Arc::new(Window::new(2).unwrap());
-        assert!(w.open());
-        let handles = producers(&w);
-        let seen = consume(&w);
+        let ws = one(2);
+        assert!(ws.lock().windows()[0].open());
+        let handles = producers(&ws);
+        let seen = consume(&ws);
+        let held = ws.lock();
+        let [w] = held.windows();
         for (slot, id) in seen.iter().enumerate() {
             assert!(
                 id.is_none_or(|id| id == 1 || id == 2),
@@ -78,10 +87,10 @@ fn give_up_drain_reset_and_reopen() {
 #[test]
 fn a_full_window_refuses_without_writing() {
     loom::model(|| {
-        let w = Arc::new(Window::new(1).unwrap());
-        assert!(w.open());
-        let handles = producers(&w);
-        let seen = consume(&w);
+        let ws = one(1);
+        assert!(ws.lock().windows()[0].open());
+        let handles = producers(&ws);
+        let seen = consume(&ws);
         let claims: Vec<_> = handles.into_iter().filter_map(|h| h.join().unwrap()).collect();
         assert!(claims.len() <= 1, "one slot, one claim");
         for (claim, id) in claims {

@@ -164,7 +164,7 @@ fn null_inputs_are_ignored_and_counted() {
     let op = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true);
     let step = p.proxy_step(c.context, op, 0, 0);
     p.state_null(step, ty::SEND_WAIT);
-    let table = &nccl_profiler_otel::ffi::ncclProfiler_v7.0.table;
+    let table = &nccl_profiler_otel::ffi::ncclProfiler_v7.get().table;
     let mut d = emulator::descr(ty::COLL, H::NULL, 0);
     let mut h = 0x77 as *mut std::ffi::c_void;
     // SAFETY: exercising NCCL-side NULLs through the real entry points.

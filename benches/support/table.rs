@@ -163,7 +163,7 @@ impl Bench {
         let op = p.proxy_op(self.comm.context, coll, pid(), 0, 1, 0, 1 << 20, true);
         assert!(!op.is_null());
         Table {
-            t: &nccl_profiler_otel::ffi::ncclProfiler_v7.0.table,
+            t: &nccl_profiler_otel::ffi::ncclProfiler_v7.get().table,
             context: self.comm.context,
             op: op.0,
             coll: coll.0,

@@ -97,7 +97,7 @@ pub fn mark(abi: u8, state: u32, steps: i32) -> Option<Mark> {
 /// `nMaxChannels` (an upper bound, reported as the channel count) and P2p no channels.
 macro_rules! legacy_family {
     ($descr:ty) => {
-        impl $crate::abi::Descriptor for $descr {
+        impl $crate::abi::Descriptor for $crate::abi::Filled<$descr> {
             const LEGACY: bool = true;
 
             fn event_type(&self) -> u64 {

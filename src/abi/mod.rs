@@ -32,7 +32,33 @@ pub struct ProxyOp {
     pub is_send: bool,
 }
 
-/// What `startEvent` needs from one ABI version's descriptor.
+/// A descriptor NCCL filled for the current callback: its `type` names the member it filled, whose
+/// string pointers are NULL or NUL-terminated. [`Descriptor`] is implemented on it, never on the
+/// bare bindgen type, so members are read only from a value someone vouched for.
+#[repr(transparent)]
+pub struct Filled<T>(T);
+
+impl<T> Filled<T> {
+    /// The descriptor at `ptr`; `None` for NULL.
+    ///
+    /// # Safety
+    /// `ptr` is NULL or points to a `T` NCCL filled for the current callback (as above), valid
+    /// and unchanged for `'a`.
+    pub unsafe fn from_ptr<'a>(ptr: *const T) -> Option<&'a Filled<T>> {
+        // SAFETY: `Filled<T>` is a transparent `T`; the rest is the caller's promise.
+        unsafe { ptr.cast::<Filled<T>>().as_ref() }
+    }
+}
+
+impl<T> std::ops::Deref for Filled<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What `startEvent` needs from one ABI version's descriptor ([`Filled`]).
 pub trait Descriptor {
     /// ABI v1–v3 ([`legacy`]): bytes come from ProxyOp states, ProxySteps are declined, and a
     /// communicator learns its hash and rank from its first Coll/P2p.
@@ -241,7 +267,7 @@ macro_rules! api_family {
         }
     };
     ($descr:ty { $($extra:tt)* }) => {
-        impl $crate::abi::Descriptor for $descr {
+        impl $crate::abi::Descriptor for $crate::abi::Filled<$descr> {
             $($extra)*
 
             fn event_type(&self) -> u64 {

@@ -60,11 +60,16 @@ api_family!(ncclProfilerEventDescr_v7_t {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::Descriptor;
+    use crate::abi::{Descriptor, Filled};
 
     /// The fields past the v6 prefix are read only while the running layout is known.
     #[test]
     fn extensions_are_read_only_when_the_layout_is_known() {
+        let read = |d: &ncclProfilerEventDescr_v7_t| {
+            // SAFETY: a Coll or P2p descriptor whose string pointers are NULL, as NCCL fills one.
+            let d = unsafe { Filled::from_ptr(d) }.unwrap();
+            (d.user_tag(), d.symmetric())
+        };
         let mut d = ncclProfilerEventDescr_v7_t {
             type_: u64::from(ncclProfileColl),
             ..Default::default()
@@ -72,12 +77,12 @@ mod tests {
         d.__bindgen_anon_1.coll.userTag = 5;
         d.__bindgen_anon_1.coll.isSymColl = true;
         EXTENSIONS.store(false, Ordering::Relaxed);
-        assert_eq!((d.user_tag(), d.symmetric()), (0, false));
+        assert_eq!(read(&d), (0, false));
         EXTENSIONS.store(true, Ordering::Relaxed);
-        assert_eq!((d.user_tag(), d.symmetric()), (5, true));
+        assert_eq!(read(&d), (5, true));
         d.type_ = u64::from(ncclProfileP2p);
         d.__bindgen_anon_1.p2p.userTag = 6;
-        assert_eq!((d.user_tag(), d.symmetric()), (6, false));
+        assert_eq!(read(&d), (6, false));
         EXTENSIONS.store(false, Ordering::Relaxed);
     }
 }

@@ -65,7 +65,11 @@ impl<T> Arena<T> {
 
     /// Returns the whole pages of the slots in `range` to the kernel (they read as zero, a valid
     /// empty slot, and cost no resident memory until touched again).
-    pub fn release(&self, range: Range<u32>) {
+    ///
+    /// # Safety
+    /// No thread reads or writes a slot in `range` during the call: the kernel replaces their
+    /// bytes under any access.
+    pub unsafe fn release(&self, range: Range<u32>) {
         const PAGE: usize = 4096;
         let base = self.slots.as_ptr() as usize;
         let at = |slot: u32| base + (slot as usize).min(self.len) * size_of::<Slot<T>>();
@@ -77,9 +81,9 @@ impl<T> Arena<T> {
             at(range.end) / PAGE * PAGE
         };
         if from < end {
-            // SAFETY: [from, end) lies inside our own mapping; MADV_DONTNEED zero-fills it, and
-            // all-zero bytes are a valid `Slot`. A racing late producer at worst writes a page
-            // that is then zero or kept: no invalid memory access.
+            // SAFETY: [from, end) lies inside our own mapping and its slots are untouched meanwhile
+            // (this function's contract); MADV_DONTNEED zero-fills it, and all-zero bytes are a
+            // valid `Slot`.
             unsafe { libc::madvise(from as *mut libc::c_void, end - from, libc::MADV_DONTNEED) };
         }
     }
@@ -123,7 +127,10 @@ impl<T> Arena<T> {
     }
 
     /// Nothing to release on the heap.
-    pub fn release(&self, _range: Range<u32>) {}
+    ///
+    /// # Safety
+    /// As the mapped arena's: no thread touches a slot in `range` during the call.
+    pub unsafe fn release(&self, _range: Range<u32>) {}
 }
 
 #[cfg(nccl_loom)]
@@ -157,7 +164,8 @@ mod tests {
         assert_eq!(a.as_ptr() as usize % 4096, 0);
         a.iter()
             .for_each(|s| s.stamp.store(7, std::sync::atomic::Ordering::Relaxed));
-        a.release(100..990);
+        // SAFETY: this thread alone uses the arena.
+        unsafe { a.release(100..990) };
         let first_released = (100 * size_of::<Slot<Record>>()).next_multiple_of(4096) / size_of::<Slot<Record>>() + 1;
         assert_eq!(a[99].stamp.load(std::sync::atomic::Ordering::Relaxed), 7);
         assert_eq!(a[first_released].stamp.load(std::sync::atomic::Ordering::Relaxed), 0);
@@ -166,7 +174,8 @@ mod tests {
             7,
             "a partial last page is kept"
         );
-        a.release(0..1000);
+        // SAFETY: as above.
+        unsafe { a.release(0..1000) };
         assert!(
             a.iter()
                 .all(|s| s.stamp.load(std::sync::atomic::Ordering::Relaxed) == 0)

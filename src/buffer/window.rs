@@ -9,15 +9,24 @@
 //! and the slot's stamp is set to the window's epoch with `Release`. Each lane's cursor has its
 //! own cache line and its slots their own range, so NCCL's threads, each writing mostly its own
 //! lane, never write a line another one writes. Everything else belongs to the consumer role (the
-//! telemetry thread or `finalize`, serialised by the communicator's consumer lock), which owns
-//! every state edge:
+//! telemetry thread or `finalize`), which owns every state edge and alone reads records. The role
+//! is a type: a window's [`Consumer`] comes only from the [`Held`] lock of the [`Windows`] it is
+//! in, stays on the thread holding it and lives no longer than the lock, so consumer operations
+//! never run concurrently on one window:
 //!
 //! | edge                   | owner    | what happens                                              |
 //! |------------------------|----------|-----------------------------------------------------------|
-//! | READY → FILLING        | consumer | [`Window::open`]: cursors 0, claims succeed again          |
+//! | READY → FILLING        | consumer | [`Consumer::open`]: cursors 0, claims succeed again        |
 //! | FILLING → CLOSING      | consumer | count or time trigger; a newer window takes new roots      |
-//! | CLOSING → PROCESSING   | consumer | [`Window::seal`]: cursors swapped past capacity, then every claimed slot is awaited |
-//! | PROCESSING → READY     | consumer | [`Window::reset`], once every slot claimed before the seal is stamped: epoch + 1, pages past the used part released |
+//! | CLOSING → PROCESSING   | consumer | [`Consumer::seal`]: cursors swapped past capacity, then every claimed slot is awaited |
+//! | PROCESSING → READY     | consumer | [`Consumer::reset`], once every slot claimed before the seal is stamped: epoch + 1 (never 0), pages past the used part released |
+//!
+//! What needs the role: reading a record ([`Consumer::published`]: another consumer's reset and
+//! reopen would let a producer rewrite the slot under the read), sealing and resetting (a reset
+//! trusting another seal's counts would reuse slots still being written), opening (cursors back
+//! to 0) and releasing pages; closing only for one owner per edge. What does not: [`Window::push`]
+//! (its `fetch_add` claim makes the slot its own until the stamp, and only a reset that saw the
+//! stamp lets the index be claimed again) and the atomic reads (state, epoch, claims, stamps).
 //!
 //! A READY or PROCESSING window is sealed, so a late producer's claim fails ("full") and is
 //! counted by the caller: a slot being read is never overwritten and producers never wait. A
@@ -28,7 +37,11 @@
 //! producer racing a `finalize` writes into mapped memory of the right type.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
 use crossbeam_utils::CachePadded;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::arena::{Arena, Slot};
 use super::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering};
@@ -88,6 +101,21 @@ pub struct Claim {
     pub epoch: u32,
 }
 
+/// What [`Window::push`] makes a record's handle from, once it has claimed the record's slot. A
+/// closure does; a type implementing it with `#[inline(always)]` keeps the hot path inlined
+/// where LLVM would leave a closure out of line.
+pub trait MakeId {
+    /// The handle of the record in `claim`.
+    fn make_id(self, claim: Claim) -> u64;
+}
+
+impl<F: FnOnce(Claim) -> u64> MakeId for F {
+    #[inline(always)]
+    fn make_id(self, claim: Claim) -> u64 {
+        self(claim)
+    }
+}
+
 /// A fixed-capacity window of records.
 pub struct Window {
     cursors: [CachePadded<AtomicU64>; LANES],
@@ -122,8 +150,114 @@ impl At<'_> {
 }
 
 // SAFETY: slots are written only by the thread that claimed them (unique index from `fetch_add`)
-// and read only after their stamp is published (`Release`/`Acquire`); `Record` is `Send + Copy`.
+// and read only after their stamp is published (`Release`/`Acquire`), by the one consumer the
+// lock of its `Windows` admits (`Consumer` is neither `Send` nor `Sync`); `Record` and `Compact`
+// are `Send + Copy`.
 unsafe impl Sync for Window {}
+
+/// Windows and the lock of their consumer role, which also guards the consumer's own state `T`.
+/// Producers use the windows through `Deref` ([`Window::push`] and the atomic reads); every other
+/// operation takes a window's [`Consumer`], which only [`Held`] hands out.
+pub struct Windows<T, const N: usize> {
+    windows: [Window; N],
+    consumer: Mutex<T>,
+}
+
+impl<T, const N: usize> Windows<T, N> {
+    /// `windows` with the consumer state `consumer`.
+    pub fn new(windows: [Window; N], consumer: T) -> Self {
+        Windows {
+            windows,
+            consumer: Mutex::new(consumer),
+        }
+    }
+
+    /// Takes the consumer lock (waits for it). Called on: consumer.
+    pub fn lock(&self) -> Held<'_, T, N> {
+        self.held(self.consumer.lock())
+    }
+
+    /// Takes the consumer lock if it is free. Called on: consumer.
+    pub fn try_lock(&self) -> Option<Held<'_, T, N>> {
+        self.consumer.try_lock().map(|state| self.held(state))
+    }
+
+    fn held<'a>(&'a self, state: MutexGuard<'a, T>) -> Held<'a, T, N> {
+        Held {
+            state,
+            windows: &self.windows,
+            _one_thread: PhantomData,
+        }
+    }
+}
+
+impl<T, const N: usize> Deref for Windows<T, N> {
+    type Target = [Window; N];
+
+    fn deref(&self) -> &[Window; N] {
+        &self.windows
+    }
+}
+
+impl<'a, T, const N: usize> IntoIterator for &'a Windows<T, N> {
+    type Item = &'a Window;
+    type IntoIter = std::slice::Iter<'a, Window>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.windows.iter()
+    }
+}
+
+/// The consumer lock of a [`Windows`], held: the consumer's state (through `Deref`) and the
+/// consumer role of every window. Neither `Send` nor `Sync`, like the roles it hands out.
+pub struct Held<'a, T, const N: usize> {
+    state: MutexGuard<'a, T>,
+    windows: &'a [Window; N],
+    _one_thread: PhantomData<*const ()>,
+}
+
+impl<T, const N: usize> Held<'_, T, N> {
+    /// The consumer role of every window, for as long as this borrow of the lock.
+    pub fn windows(&self) -> [Consumer<'_>; N] {
+        self.windows.each_ref().map(Consumer::new)
+    }
+
+    /// The consumer's state and the consumer role of every window, borrowed at once.
+    pub fn split(&mut self) -> (&mut T, [Consumer<'_>; N]) {
+        (&mut self.state, self.windows.each_ref().map(Consumer::new))
+    }
+}
+
+impl<T, const N: usize> Deref for Held<'_, T, N> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.state
+    }
+}
+
+impl<T, const N: usize> DerefMut for Held<'_, T, N> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.state
+    }
+}
+
+/// The consumer role of one window: its state edges and its records. Only [`Held`] makes one,
+/// for no longer than the lock is held, and it stays on that thread (neither `Send` nor `Sync`),
+/// so no two consumer operations on a window ever overlap. Reads the window through `Deref`.
+#[derive(Clone, Copy)]
+pub struct Consumer<'a> {
+    window: &'a Window,
+    _one_thread: PhantomData<*const ()>,
+}
+
+impl Deref for Consumer<'_> {
+    type Target = Window;
+
+    fn deref(&self) -> &Window {
+        self.window
+    }
+}
 
 impl Window {
     /// A sealed READY window of `capacity` slots per lane at epoch 1; `None` when out of memory.
@@ -142,6 +276,14 @@ impl Window {
         })
     }
 
+    /// [`Window::new`] at `epoch`, for tests of the epoch's wrap.
+    #[cfg(all(test, not(nccl_loom)))]
+    fn at_epoch(capacity: u32, epoch: u32) -> Option<Window> {
+        let w = Window::new(capacity)?;
+        w.epoch.store(epoch, Ordering::Relaxed);
+        Some(w)
+    }
+
     fn at(&self, slot: u32) -> Option<At<'_>> {
         match slot.checked_sub(self.stride) {
             None => self.app.get(slot as usize).map(At::Full),
@@ -153,21 +295,34 @@ impl Window {
     /// it. `None` when the lane is full, the window sealed, or `entry` is not of the lane's form
     /// (nothing is claimed then). Called on: NCCL user and proxy threads.
     #[inline(always)]
-    pub fn push(&self, lane: usize, entry: Entry, id: impl FnOnce(Claim) -> u64) -> Option<Claim> {
+    pub fn push(&self, lane: usize, entry: Entry, id: impl MakeId) -> Option<Claim> {
         match entry {
-            Entry::Full(r) if lane == 0 => self.claim(lane, &self.app, 0, |c| Record { id: id(c), ..r }),
+            Entry::Full(r) if lane == 0 => {
+                let (claim, slot) = self.claim(lane, &self.app, 0)?;
+                Self::publish(
+                    slot,
+                    Record {
+                        id: id.make_id(claim),
+                        ..r
+                    },
+                    claim.epoch,
+                );
+                Some(claim)
+            }
             Entry::Packed(p) if lane > 0 => {
                 let base = (lane - 1) * self.stride as usize;
-                self.claim(lane, &self.packed, base, |c| p.with_id(id(c)))
+                let (claim, slot) = self.claim(lane, &self.packed, base)?;
+                Self::publish(slot, p.with_id(id.make_id(claim)), claim.epoch);
+                Some(claim)
             }
             _ => None,
         }
     }
 
-    /// Claims a slot in `lane`, whose slots are `arena`'s from `base` on, and publishes
-    /// `build(claim)` in it.
+    /// Claims a slot in `lane`, whose slots are `arena`'s from `base` on: the claim and its
+    /// slot, for [`Window::publish`].
     #[inline(always)]
-    fn claim<T>(&self, lane: usize, arena: &Arena<T>, base: usize, build: impl FnOnce(Claim) -> T) -> Option<Claim> {
+    fn claim<'a, T>(&self, lane: usize, arena: &'a Arena<T>, base: usize) -> Option<(Claim, &'a Slot<T>)> {
         // Acquire: pairs with `open`'s Release, so the epoch bumped by `reset` is visible.
         let index = self.cursors.get(lane)?.fetch_add(1, Ordering::Acquire);
         if index >= u64::from(self.capacity) {
@@ -179,9 +334,7 @@ impl Window {
             epoch: self.epoch.load(Ordering::Relaxed),
         };
         // In range: `index` < capacity <= stride, and the arena holds `base` + stride slots.
-        let slot = arena.get(base + index as usize)?;
-        Self::publish(slot, build(claim), claim.epoch);
-        Some(claim)
+        Some((claim, arena.get(base + index as usize)?))
     }
 
     /// Writes `value` into `slot`, then stamps it with `epoch`.
@@ -244,6 +397,32 @@ impl Window {
             .is_ok()
     }
 
+    /// Whether the record in `slot` was published this epoch (its stamp only). Called on:
+    /// consumer.
+    pub fn is_published(&self, slot: u32) -> bool {
+        self.at(slot).is_some_and(|s| self.stamped(&s))
+    }
+
+    fn stamped(&self, slot: &At<'_>) -> bool {
+        // Acquire: pairs with `push`'s Release; the record is complete once the stamp matches.
+        slot.stamp().load(Ordering::Acquire) == self.epoch()
+    }
+
+    /// The slots of `lane` below `n`, as window slot indices.
+    pub fn lane_slots(&self, lane: usize, n: u32) -> std::ops::Range<u32> {
+        let first = lane as u32 * self.stride;
+        first..first + n.min(self.capacity)
+    }
+}
+
+impl<'a> Consumer<'a> {
+    fn new(window: &'a Window) -> Consumer<'a> {
+        Consumer {
+            window,
+            _one_thread: PhantomData,
+        }
+    }
+
     /// READY → FILLING. Called on: consumer.
     pub fn open(&self) -> bool {
         let opened = self.transition(WindowState::Ready, WindowState::Filling);
@@ -260,7 +439,7 @@ impl Window {
     }
 
     /// FILLING or CLOSING → PROCESSING: no claim succeeds after this. Returns how many slots were
-    /// claimed per lane (capped at capacity); read them with [`Window::published`]. Called on:
+    /// claimed per lane (capped at capacity); read them with [`Consumer::published`]. Called on:
     /// consumer.
     pub fn seal(&self) -> Option<[u32; LANES]> {
         if !(self.transition(WindowState::Closing, WindowState::Processing)
@@ -289,26 +468,9 @@ impl Window {
     /// The value in a slot stamped with this epoch.
     fn read<T: Copy>(slot: &Slot<T>) -> T {
         // SAFETY: the caller saw the slot's stamp equal this epoch, so the record was fully
-        // written by its claimer, and nobody writes the slot again before `reset`, which waits
-        // for every claimed slot's stamp, so no claimer of this epoch is still writing.
+        // written by its claimer, and nobody writes the slot again before a `reset` and `open`,
+        // which only this consumer role can do (the lock admits one) and does not do meanwhile.
         slot.record.with(|p| unsafe { (*p).assume_init() })
-    }
-
-    /// Whether the record in `slot` was published this epoch (its stamp only). Called on:
-    /// consumer.
-    pub fn is_published(&self, slot: u32) -> bool {
-        self.at(slot).is_some_and(|s| self.stamped(&s))
-    }
-
-    fn stamped(&self, slot: &At<'_>) -> bool {
-        // Acquire: pairs with `push`'s Release; the record is complete once the stamp matches.
-        slot.stamp().load(Ordering::Acquire) == self.epoch()
-    }
-
-    /// The slots of `lane` below `n`, as window slot indices.
-    pub fn lane_slots(&self, lane: usize, n: u32) -> std::ops::Range<u32> {
-        let first = lane as u32 * self.stride;
-        first..first + n.min(self.capacity)
     }
 
     /// PROCESSING → READY, only once every slot claimed before the seal is published (else the
@@ -323,7 +485,8 @@ impl Window {
         if self.state() != WindowState::Processing || !drained {
             return false;
         }
-        self.epoch.fetch_add(1, Ordering::Relaxed);
+        // Only the consumer writes the epoch. Stamp 0 is "never written": the epoch skips it.
+        self.epoch.store(self.epoch().wrapping_add(1).max(1), Ordering::Relaxed);
         for (l, keep) in keep.into_iter().enumerate() {
             let lane = self.lane_slots(l, self.capacity);
             self.release_slots(lane.start + keep.min(self.capacity)..lane.end);
@@ -332,10 +495,16 @@ impl Window {
     }
 
     /// Returns the whole pages of window slots `range`, which lie in one lane, to the kernel.
+    /// Called by `reset` only, on a sealed, drained window: every slot claimed this epoch is
+    /// stamped and no other can be claimed, so no producer writes any slot, and this role alone
+    /// reads.
     fn release_slots(&self, range: std::ops::Range<u32>) {
-        match range.start.checked_sub(self.stride) {
-            None => self.app.release(range),
-            Some(start) => self.packed.release(start..range.end - self.stride),
+        // SAFETY: as said above, no slot of `range` is touched during the call.
+        unsafe {
+            match range.start.checked_sub(self.stride) {
+                None => self.app.release(range),
+                Some(start) => self.packed.release(start..range.end - self.stride),
+            }
         }
     }
 
@@ -350,8 +519,12 @@ impl Window {
     /// Releases the memory of every slot of a READY window. Called on: consumer (`finalize`).
     pub fn release(&self) {
         if self.state() == WindowState::Ready {
-            self.app.release(0..self.stride);
-            self.packed.release(0..self.stride * (LANES as u32 - 1));
+            // SAFETY: a READY window is sealed (no claim succeeds) and was drained by its reset
+            // (no producer still writes); this role alone reads, and only it opens the window.
+            unsafe {
+                self.app.release(0..self.stride);
+                self.packed.release(0..self.stride * (LANES as u32 - 1));
+            }
         }
     }
 }
@@ -369,6 +542,11 @@ mod tests {
         }
     }
 
+    /// One window of `capacity` slots per lane, with an empty consumer state.
+    fn one(capacity: u32) -> Windows<(), 1> {
+        Windows::new([Window::new(capacity).unwrap()], ())
+    }
+
     /// Pushes `r` into `lane` in that lane's form.
     fn put(w: &Window, lane: usize, r: Record) -> Option<Claim> {
         w.push(lane, Entry::new(lane, r.ts, r.body)?, |_| r.id)
@@ -376,7 +554,9 @@ mod tests {
 
     #[test]
     fn claims_publish_seal_and_reset() {
-        let w = Window::new(4).unwrap();
+        let ws = one(4);
+        let held = ws.lock();
+        let [w] = held.windows();
         assert_eq!(w.stride(), 8, "lanes start on a cache line (8 slots of 56 or 32 bytes)");
         assert_eq!(put(&w, 0, rec(9)), None, "a new window is sealed until opened");
         assert!(w.open());
@@ -422,7 +602,9 @@ mod tests {
 
     #[test]
     fn an_entry_of_the_other_form_claims_nothing() {
-        let w = Window::new(4).unwrap();
+        let ws = one(4);
+        let held = ws.lock();
+        let [w] = held.windows();
         w.open();
         let progress = Record {
             id: 7,
@@ -444,7 +626,9 @@ mod tests {
 
     #[test]
     fn edges_have_one_owner() {
-        let w = Window::new(2).unwrap();
+        let ws = one(2);
+        let held = ws.lock();
+        let [w] = held.windows();
         assert!(
             !w.close() && w.seal().is_none() && !w.reset([0; LANES]),
             "READY only opens"
@@ -460,7 +644,9 @@ mod tests {
 
     #[test]
     fn released_pages_read_as_empty_slots() {
-        let w = Window::new(10_000).unwrap();
+        let ws = one(10_000);
+        let held = ws.lock();
+        let [w] = held.windows();
         w.open();
         (0..10_000).for_each(|i| {
             put(&w, 1, rec(i)).unwrap();
@@ -476,11 +662,13 @@ mod tests {
 
     #[test]
     fn concurrent_producers_lose_nothing() {
-        let w = Window::new(40_000).unwrap();
+        let ws = one(40_000);
+        let held = ws.lock();
+        let [w] = held.windows();
         w.open();
         std::thread::scope(|s| {
             for t in 0..4u64 {
-                let w = &w;
+                let w = &ws[0];
                 s.spawn(move || {
                     (0..10_000).for_each(|i| assert!(put(w, t as usize % LANES, rec(t << 32 | i)).is_some()))
                 });
@@ -494,5 +682,26 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), 40_000);
+    }
+
+    #[test]
+    fn the_epoch_skips_0_when_it_wraps() {
+        let ws = Windows::new([Window::at_epoch(4, u32::MAX).unwrap()], ());
+        let held = ws.lock();
+        let [w] = held.windows();
+        assert!(w.open());
+        assert_eq!(put(&w, 0, rec(1)).map(|c| c.epoch), Some(u32::MAX));
+        assert_eq!(w.seal(), Some([1, 0, 0]));
+        assert!(w.reset([1, 0, 0]));
+        assert_eq!(w.epoch(), 1, "past the wrap, the epoch is 1, never 0");
+        assert!(w.open());
+        assert!(
+            (0..w.stride() * LANES as u32).all(|s| w.published(s).is_none()),
+            "neither the old stamp nor a never-written slot (stamp 0) is published"
+        );
+        assert_eq!(put(&w, 0, rec(2)).map(|c| c.epoch), Some(1));
+        assert_eq!(w.published(0), Some(rec(2)));
+        let h = crate::record::handle::Handle::new(0, 0, w.epoch(), crate::record::handle::Kind::Coll, 0);
+        assert_eq!(h.epoch(), 1, "a handle keeps the epoch's low bits");
     }
 }

@@ -10,11 +10,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Comm, LIVE, LOST, NONE, SETTLE, WINDOWS, route, split};
+use super::{Comm, LIVE, LOST, Locked, NONE, SETTLE, WINDOWS, route, split};
 use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::lifetime::Life;
 use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
-use crate::buffer::window::{Window, WindowState};
+use crate::buffer::window::WindowState;
 use crate::config::Config;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES};
 use crate::record::{Body, CommMeta, Record};
@@ -127,8 +127,8 @@ impl Comm {
     /// grace period (one interval) ran out, oldest first, and releases the operations of the
     /// table of open operations that are due. Called on: the telemetry thread.
     pub fn poll(&self, now: Instant, secs_per_tick: f64) -> Vec<WindowSummary> {
-        let mut c = self.consumer.lock();
-        for (i, w) in self.windows.iter().enumerate() {
+        let mut c = self.windows.lock();
+        for (i, w) in c.windows().into_iter().enumerate() {
             if w.state() == WindowState::Processing {
                 w.reset(c.tracks[i].scanned);
             }
@@ -179,13 +179,13 @@ impl Comm {
     /// The communicator's progress now: operations in flight, the last completed ones and the
     /// current hang episode. Called on: the telemetry thread.
     pub fn progress(&self, now: Instant) -> CommProgress {
-        self.consumer.lock().open.flight.snapshot(now)
+        self.windows.lock().open.flight.snapshot(now)
     }
 
     /// Closes the current window if its count or time trigger is due (as [`Comm::poll`] does
     /// first), without processing anything. Called on: the telemetry thread.
     pub fn rotate(&self, now: Instant) {
-        let mut c = self.consumer.lock();
+        let mut c = self.windows.lock();
         if self.is_live() {
             self.rotate_if_due(&mut c, now);
         }
@@ -207,14 +207,14 @@ impl Comm {
     /// every operation still held. Returns `None` when `id` is not live. Called on: the thread
     /// freeing the communicator.
     pub fn finalize(&self, id: CommId, secs_per_tick: f64) -> Option<Vec<WindowSummary>> {
-        let mut c = self.consumer.lock();
+        let mut c = self.windows.lock();
         let live = u32::from(id.generation) | LIVE;
         // AcqRel: new lookups fail from here on; the windows below are read after.
         self.state
             .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
         let summaries = self.process_all(&mut c, secs_per_tick);
-        self.windows.iter().for_each(Window::release);
+        c.windows().iter().for_each(|w| w.release());
         Some(summaries)
     }
 
@@ -223,12 +223,12 @@ impl Comm {
     /// fresh FILLING window (callbacks may still come). Needs no free window. Called on: the
     /// telemetry thread, for the exit flush.
     pub fn drain(&self, secs_per_tick: f64) -> Vec<WindowSummary> {
-        let mut c = self.consumer.lock();
+        let mut c = self.windows.lock();
         if !self.is_live() {
             return Vec::new();
         }
         let summaries = self.process_all(&mut c, secs_per_tick);
-        if let Some(next) = (0..WINDOWS).find(|&i| self.windows[i].open()) {
+        if let Some(next) = c.windows().iter().position(|w| w.open()) {
             self.make_current(&mut c, next, Instant::now());
             self.route.store(route(next as u8, NONE), Ordering::Relaxed);
             self.arm(&c);
@@ -238,12 +238,12 @@ impl Comm {
 
     /// Processes every FILLING or CLOSING window, oldest first, then releases the whole table of
     /// open operations.
-    fn process_all(&self, c: &mut Consumer, secs_per_tick: f64) -> Vec<WindowSummary> {
+    fn process_all(&self, c: &mut Locked<'_>, secs_per_tick: f64) -> Vec<WindowSummary> {
         // The armed standby (or an orphan of a race) holds nothing: back to READY, unreported.
         // One atomic step, so that a producer switching at this moment is not undone.
         self.route.fetch_or(route(0, NONE), Ordering::AcqRel);
         let current = self.current_window();
-        for (i, w) in self.windows.iter().enumerate() {
+        for (i, w) in c.windows().into_iter().enumerate() {
             if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
                 w.reset([0; LANES]);
             }
@@ -261,6 +261,7 @@ impl Comm {
             })
             .collect();
         let at = self.frontier(c, now, None, true);
+        let c = &mut **c;
         summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
         summaries
     }
@@ -277,7 +278,7 @@ impl Comm {
 
     /// Catches up with switches of the current window, closes it on the count or time trigger
     /// (switching to the standby window), and arms a standby window when there is none.
-    fn rotate_if_due(&self, c: &mut Consumer, now: Instant) {
+    fn rotate_if_due(&self, c: &mut Locked<'_>, now: Instant) {
         self.notice(c, now);
         let cur = c.current;
         let claimed = self.windows[cur].claimed();
@@ -299,13 +300,14 @@ impl Comm {
     /// Catches up with a switch of the current window a producer (or [`Comm::rotate_if_due`])
     /// made: numbers the new current window as the next cycle and closes every other FILLING
     /// window that holds records (the one it replaced and, after a race, any skipped one).
-    fn notice(&self, c: &mut Consumer, now: Instant) {
+    fn notice(&self, c: &mut Locked<'_>, now: Instant) {
         let cur = self.current_window();
         if cur == c.current {
             return;
         }
         self.make_current(c, cur, now);
-        for (i, window) in self.windows.iter().enumerate() {
+        let (c, windows) = c.split();
+        for (i, window) in windows.into_iter().enumerate() {
             if i != cur && window.state() == WindowState::Filling && window.claimed() > 0 {
                 window.close();
                 // What was scanned while it filled stays scanned.
@@ -316,7 +318,7 @@ impl Comm {
 
     /// Arms a standby window for producers to switch to, when none is: an opened empty window
     /// nobody points at (left by a race), else a READY one, opened now.
-    pub(super) fn arm(&self, c: &Consumer) {
+    pub(super) fn arm(&self, c: &Locked<'_>) {
         // Acquire: pairs with a producer's switch. With no standby armed no producer changes
         // the route: it stays as read until the store below (the caller holds the consumer lock).
         let seen = self.route.load(Ordering::Acquire);
@@ -332,7 +334,7 @@ impl Comm {
         };
         let armed = others()
             .find(|&i| self.windows[i].state() == WindowState::Filling && self.windows[i].claimed() == 0)
-            .or_else(|| others().find(|&i| self.windows[i].open()));
+            .or_else(|| others().find(|&i| c.windows()[i].open()));
         if let Some(i) = armed {
             // Release: the window's opening is visible to the producer that takes it.
             self.route.store(route(current as u8, i as u8), Ordering::Release);
@@ -404,8 +406,9 @@ impl Comm {
     /// epochs or communicators are ignored. KernelCh that come after their collective's window
     /// closed are linked through the table of open operations: whether a collective gets any
     /// depends on the mask NCCL sampled at its API call, which the plugin cannot see.
-    fn scan(&self, c: &mut Consumer, i: usize, now: Instant) {
-        let (window, me) = (&self.windows[i], self.window_id(i));
+    fn scan(&self, c: &mut Locked<'_>, i: usize, now: Instant) {
+        let (c, windows) = c.split();
+        let (window, me) = (windows[i], self.window_id(i));
         let t = &mut c.tracks[i];
         // A child is published after its parent, which may be in an earlier lane: each lane's
         // published end is found from the last lane to the first, so no child is read before a
@@ -462,7 +465,8 @@ impl Comm {
     /// Seals window `i`, reads its records (waiting briefly for claimed, unpublished slots),
     /// summarises them (linking through, and releasing from, the table of open operations at
     /// `now`) and recycles the window once every claimed slot is published.
-    fn process(&self, c: &mut Consumer, i: usize, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
+    fn process(&self, c: &mut Locked<'_>, i: usize, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
+        let (c, windows) = c.split();
         if c.meta.rank < 0 {
             // ABI v1–v3: the identity its Coll/P2p told, once one did (Release in `identify`).
             let rank = self.learned_rank.load(Ordering::Acquire);
@@ -471,7 +475,7 @@ impl Comm {
                 c.meta.hash = self.learned_hash.load(Ordering::Relaxed);
             }
         }
-        let (window, id) = (&self.windows[i], self.window_id(i));
+        let (window, id) = (windows[i], self.window_id(i));
         let forced = c.tracks[i].open > 0;
         let n = window.seal()?;
         let deadline = Instant::now() + PUBLISH_WAIT;
@@ -531,6 +535,6 @@ impl Comm {
 
     /// Metadata of the communicator (last registered).
     pub fn meta(&self) -> CommMeta {
-        self.consumer.lock().meta.clone()
+        self.windows.lock().meta.clone()
     }
 }

@@ -21,7 +21,8 @@ use crate::record::handle::LANES;
 /// How many records of the windows' lanes (as claimed so far) have `id` and satisfy `what`.
 fn count(comm: &Comm, id: u64, what: impl Fn(&Body) -> bool) -> usize {
     let mut n = 0;
-    for w in &comm.windows {
+    let held = comm.windows.lock();
+    for w in held.windows() {
         for lane in 0..LANES {
             let claimed = w.lane_claimed(lane) as u32;
             n += w
@@ -63,7 +64,7 @@ fn routing_while_the_consumer_switches_windows() {
 
         assert_eq!(comm.drop_counts(), DropCounts::default(), "nothing dropped");
         for h in handles {
-            let start = comm.windows[usize::from(h.window())].published(h.slot());
+            let start = comm.windows.lock().windows()[usize::from(h.window())].published(h.slot());
             assert_eq!(start.map(|r| r.id), Some(h.encode()), "{h:?} names its start");
         }
         for h in &handles[1..] {

@@ -32,15 +32,16 @@ mod registry;
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+pub(crate) use registry::TESTS;
 pub use registry::{all, find_by_hash_tag, get, get_context, get_slot, register};
 
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 
 use crate::buffer::sync::{AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, Ordering};
-use crate::buffer::window::Window;
+use crate::buffer::window::{Held, Window, Windows};
 use crate::config::Config;
 use crate::record::CommMeta;
 use crate::record::handle::{Context, GEN_MASK};
@@ -48,6 +49,8 @@ use consumer::Consumer;
 
 /// Windows per communicator.
 pub const WINDOWS: usize = 4;
+/// A communicator's consumer lock, held: its [`Consumer`] state and its windows' consumer role.
+type Locked<'a> = Held<'a, Consumer, WINDOWS>;
 /// The standby of [`Comm::route`] when no window is armed.
 const NONE: u8 = u8::MAX;
 
@@ -130,7 +133,8 @@ pub struct Comm {
     /// Claims in a lane of the current window (or, for the consumer, in all of them) that switch
     /// it to the standby window: the count trigger, at most `root_limit`.
     count_trigger: u64,
-    windows: [Window; WINDOWS],
+    /// The windows, with the consumer lock that guards their consumer role and the [`Consumer`].
+    windows: Windows<Consumer, WINDOWS>,
     /// Per window, `LOST | epoch` when a child of one of its operations was dropped for lack of
     /// room during that epoch: the consumer withholds the times of its operations.
     lost: [AtomicU32; WINDOWS],
@@ -141,7 +145,6 @@ pub struct Comm {
     born: [AtomicU32; WINDOWS],
     /// Drop counters (cumulative since `init`; consumers diff them).
     pub drops: CachePadded<Drops>,
-    consumer: Mutex<Consumer>,
 }
 
 impl Comm {
@@ -157,19 +160,18 @@ impl Comm {
             route: AtomicU16::new(route(0, NONE)),
             root_limit,
             count_trigger: u64::from(config.count_trigger).min(root_limit),
-            windows: [w()?, w()?, w()?, w()?],
+            windows: Windows::new([w()?, w()?, w()?, w()?], Consumer::new(config)),
             lost: std::array::from_fn(|_| AtomicU32::new(0)),
             lost_held: AtomicBool::new(false),
             born: std::array::from_fn(|_| AtomicU32::new(0)),
             drops: CachePadded::new(Drops::default()),
-            consumer: Mutex::new(Consumer::new(config)),
         })
     }
 
     /// Makes this slot's communicator live under `generation`, with a fresh first window. The
     /// caller holds the slot's consumer lock `c` (and, in `register`, the registry lock); the slot
     /// is not live and every window is READY.
-    fn activate(&self, c: &mut Consumer, generation: u32, meta: CommMeta, config: &Config) {
+    fn activate(&self, c: &mut Locked<'_>, generation: u32, meta: CommMeta, config: &Config) {
         self.hash_tag.store(Context::tag(meta.hash), Ordering::Relaxed);
         self.learned_hash.store(meta.hash, Ordering::Relaxed);
         self.learned_rank.store(meta.rank, Ordering::Relaxed);
@@ -180,7 +182,7 @@ impl Comm {
         for (born, window) in self.born.iter().zip(&self.windows) {
             born.store(window.epoch(), Ordering::Relaxed);
         }
-        self.windows[0].open();
+        c.windows()[0].open();
         self.route.store(route(0, NONE), Ordering::Relaxed);
         self.arm(c);
         // Release: everything above is visible to whoever sees the communicator live.

@@ -10,7 +10,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Comm, LOST, NONE, route, split};
-use crate::buffer::window::{Entry, WindowState};
+use crate::buffer::window::{Claim, Entry, MakeId, WindowState};
 use crate::record::Body;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
 use crate::stats::STATS;
@@ -100,10 +100,16 @@ impl Comm {
             return None;
         }
         let mut handle = 0;
-        let claim = window.push(lane, entry, |c| {
-            handle = Handle::new(id.slot, w, c.epoch, kind, c.slot).encode();
-            handle
-        })?;
+        let claim = window.push(
+            lane,
+            entry,
+            NewHandle {
+                comm: id,
+                window: w,
+                kind,
+                out: &mut handle,
+            },
+        )?;
         Some((handle, claim.index))
     }
 
@@ -186,16 +192,14 @@ impl Comm {
     /// the record is counted late.
     #[inline(always)]
     pub(super) fn write(&self, handle: Handle, ts: u64, body: Body) {
-        let id = handle.encode();
-        let current = |epoch: u32| epoch & EPOCH_MASK == handle.epoch();
         let lane = handle.kind().lane();
         let pushed = Entry::new(lane, ts, body).and_then(|entry| {
             let w = self.windows.get(usize::from(handle.window()))?;
-            w.push(lane, entry, |c| if current(c.epoch) { id } else { 0 })
+            w.push(lane, entry, InEpoch(handle))
         });
         match pushed {
             None => self.drops.full.fetch_add(1, Ordering::Relaxed),
-            Some(c) if !current(c.epoch) => self.drops.late.fetch_add(1, Ordering::Relaxed),
+            Some(c) if !InEpoch(handle).holds(c) => self.drops.late.fetch_add(1, Ordering::Relaxed),
             Some(_) => return,
         };
     }
@@ -204,5 +208,41 @@ impl Comm {
         self.windows
             .get(usize::from(h.window()))
             .is_some_and(|w| w.epoch() & EPOCH_MASK == h.epoch())
+    }
+}
+
+/// The handle of a new event of `kind` in `window`, made from its claim and kept in `out`.
+struct NewHandle<'a> {
+    comm: CommId,
+    window: u8,
+    kind: Kind,
+    out: &'a mut u64,
+}
+
+impl MakeId for NewHandle<'_> {
+    #[inline(always)]
+    fn make_id(self, c: Claim) -> u64 {
+        *self.out = Handle::new(self.comm.slot, self.window, c.epoch, self.kind, c.slot).encode();
+        *self.out
+    }
+}
+
+/// A state or stop of the event `handle`: its handle when claimed in the event's epoch, else 0
+/// (a filler the consumer skips).
+#[derive(Clone, Copy)]
+struct InEpoch(Handle);
+
+impl InEpoch {
+    /// Whether `c` was claimed in the event's epoch.
+    #[inline(always)]
+    fn holds(self, c: Claim) -> bool {
+        c.epoch & EPOCH_MASK == self.0.epoch()
+    }
+}
+
+impl MakeId for InEpoch {
+    #[inline(always)]
+    fn make_id(self, c: Claim) -> u64 {
+        if self.holds(c) { self.0.encode() } else { 0 }
     }
 }

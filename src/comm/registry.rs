@@ -10,10 +10,9 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU16, Ordering};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
-use super::consumer::Consumer;
-use super::{Comm, LIVE};
+use super::{Comm, LIVE, Locked};
 use crate::config::Config;
 use crate::record::CommMeta;
 use crate::record::handle::{CommId, Context, GEN_MASK, MAX_COMMS};
@@ -49,36 +48,39 @@ pub fn register(meta: CommMeta, config: &Config) -> Option<CommId> {
 
 /// A slot not live whose windows are all READY (after recycling what a disabled communicator
 /// left), with its consumer lock: the first one whose lock is free, else the first one being
-/// finalized or polled (its lock is taken: waited for, milliseconds), else a new `Comm` after
-/// the last one allocated. Called with the registry lock held.
-fn free_slot(config: &Config) -> Option<(usize, &'static Comm, MutexGuard<'static, Consumer>)> {
+/// finalized or polled (its lock is taken: waited for, milliseconds), else a new `Comm` in the
+/// slot after the last one allocated, when there is one (nothing is allocated otherwise).
+/// Called with the registry lock held.
+fn free_slot(config: &Config) -> Option<(usize, &'static Comm, Locked<'static>)> {
     let mut busy = None;
     for (i, comm) in all().enumerate() {
         if comm.is_live() {
             continue;
         }
-        match comm.consumer.try_lock() {
-            Some(consumer) if ready(comm) => return Some((i, comm, consumer)),
+        match comm.windows.try_lock() {
+            Some(c) if ready(&c) => return Some((i, comm, c)),
             Some(_) => {}
             None => busy = busy.or(Some((i, comm))),
         }
     }
     if let Some((i, comm)) = busy {
-        let consumer = comm.consumer.lock();
-        if !comm.is_live() && ready(comm) {
-            return Some((i, comm, consumer));
+        let c = comm.windows.lock();
+        if !comm.is_live() && ready(&c) {
+            return Some((i, comm, c));
         }
     }
     let i = all().count();
-    let comm: &'static Comm = Box::leak(Box::new(Comm::new(i as u16, config)?));
-    let comm = *COMMS.get(i)?.get_or_init(|| comm);
+    let cell = COMMS.get(i)?;
+    let comm = Comm::new(i as u16, config)?;
+    // The cell is empty: only `register` fills cells, in order, under the registry lock.
+    let comm: &'static Comm = cell.get_or_init(|| Box::leak(Box::new(comm)));
     // Once published, the telemetry thread's poll may hold the new slot's lock for a moment.
-    Some((i, comm, comm.consumer.lock()))
+    Some((i, comm, comm.windows.lock()))
 }
 
 /// Recycles every window of a slot that is not live (no short-circuit); whether all are READY.
-fn ready(comm: &Comm) -> bool {
-    comm.windows.iter().filter(|w| !w.recycle()).count() == 0
+fn ready(c: &Locked<'_>) -> bool {
+    c.windows().iter().filter(|w| !w.recycle()).count() == 0
 }
 
 /// The live communicator `id`, or `None` when stale. Called on: any thread; lock-free.
@@ -128,6 +130,10 @@ pub fn all() -> impl Iterator<Item = &'static Comm> {
     COMMS.iter().map_while(|cell| cell.get().copied())
 }
 
+/// Serialises the unit tests that register communicators: one of them fills every slot.
+#[cfg(test)]
+pub(crate) static TESTS: Mutex<()> = Mutex::new(());
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -145,6 +151,7 @@ mod tests {
 
     #[test]
     fn a_pxn_lookup_finds_its_communicator_when_its_bucket_hints_another() {
+        let _serial = TESTS.lock();
         let config = Config::default();
         let h1 = 0x5A5A_0000_0000_1234;
         let tag1 = Context::tag(h1);
@@ -164,5 +171,44 @@ mod tests {
             find_by_hash_tag(tag1).is_none(),
             "a finalized communicator is not found"
         );
+    }
+
+    /// Virtual memory of this process, in kB.
+    fn vm_size_kb() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_full_registry_refuses_without_allocating() {
+        let _serial = TESTS.lock();
+        let small = Config {
+            capacity: 1024,
+            count_trigger: 512,
+            ..Config::default()
+        };
+        let ids: Vec<CommId> = (0..MAX_COMMS as u64)
+            .map(|h| register(meta(0xF111_0000 + h), &small).unwrap())
+            .collect();
+        assert_eq!(all().count(), MAX_COMMS);
+        // A communicator of the largest windows maps some 330 MB of address space: eight leaked
+        // ones would show.
+        let large = Config {
+            capacity: crate::record::handle::MAX_LANE_SLOTS,
+            ..Config::default()
+        };
+        let before = vm_size_kb();
+        assert!(
+            (0..8).all(|_| register(meta(0xF222_0000), &large).is_none()),
+            "every slot is live"
+        );
+        let grown = vm_size_kb().saturating_sub(before);
+        assert!(grown < 1 << 20, "a refused init maps nothing ({grown} kB more)");
+        for id in ids {
+            get(id).unwrap().finalize(id, 1e-9).unwrap();
+        }
+        let id = register(meta(0xF333_0000), &small).expect("a finalized slot is reused");
+        get(id).unwrap().finalize(id, 1e-9).unwrap();
     }
 }

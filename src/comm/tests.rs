@@ -37,7 +37,7 @@ pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Comm, Instant) {
         nranks: 2,
         nnodes: 2,
     };
-    comm.activate(&mut comm.consumer.lock(), u32::from(ID.generation), meta, &config);
+    comm.activate(&mut comm.windows.lock(), u32::from(ID.generation), meta, &config);
     (comm, Instant::now())
 }
 

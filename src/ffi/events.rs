@@ -10,17 +10,18 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
-use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, StateArgs, legacy};
+use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, Filled, StateArgs, legacy};
+use crate::bindings;
 use crate::bindings::{
-    ncclProfileColl, ncclProfileCollApi, ncclProfileGroup, ncclProfileKernelCh, ncclProfileKernelPhase, ncclProfileP2p,
-    ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerKernelChStop,
-    ncclProfilerKernelPhaseStop, ncclProfilerProxyOpInProgress_v4, ncclProfilerProxyStepSendPeerWait_v4,
-    ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclProfileCeBatch, ncclProfileCeColl, ncclProfileCeSync, ncclProfileColl, ncclProfileCollApi, ncclProfileGroup,
+    ncclProfileGroupApi, ncclProfileKernelCh, ncclProfileKernelLaunch, ncclProfileKernelPhase, ncclProfileNetPlugin,
+    ncclProfileP2p, ncclProfileP2pApi, ncclProfileProxyCtrl, ncclProfileProxyOp, ncclProfileProxyStep,
+    ncclProfilerEventState_t, ncclResult_t,
 };
 use crate::clock;
 use crate::comm::{self, Comm};
 use crate::record::handle::{CommId, Context, Handle, Kind};
-use crate::record::{Algo, Body, Func, PHASES, ProxyOpStart};
+use crate::record::{Algo, Body, CollStart, Func, PHASES, ProxyOpStart};
 use crate::stats::STATS;
 
 /// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
@@ -30,29 +31,39 @@ pub(super) const UNTIMED: u64 = 0;
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
 
-/// Event types that are known but never recorded: ProxyCtrl, NetPlugin, GroupApi, KernelLaunch,
-/// CeSync and CeBatch. Group gets a handle of its own, CollApi and P2pApi one that tells their
-/// children `graphCaptured`; a CollApi is recorded for Broadcasts NCCL runs without task events,
-/// CeColl always.
-const DECLINED_TYPES: u64 = 0x20 | 0x80 | 0x100 | 0x800 | 0x2000 | 0x4000;
+/// The event types, widened as [`Descriptor::event_type`] reads them.
+const GROUP: u64 = ncclProfileGroup as u64;
+const COLL: u64 = ncclProfileColl as u64;
+const P2P: u64 = ncclProfileP2p as u64;
+const PROXY_OP: u64 = ncclProfileProxyOp as u64;
+const PROXY_STEP: u64 = ncclProfileProxyStep as u64;
+const PROXY_CTRL: u64 = ncclProfileProxyCtrl as u64;
+const KERNEL_CH: u64 = ncclProfileKernelCh as u64;
+const NET_PLUGIN: u64 = ncclProfileNetPlugin as u64;
+const GROUP_API: u64 = ncclProfileGroupApi as u64;
+const COLL_API: u64 = ncclProfileCollApi as u64;
+const P2P_API: u64 = ncclProfileP2pApi as u64;
+const KERNEL_LAUNCH: u64 = ncclProfileKernelLaunch as u64;
+const CE_COLL: u64 = ncclProfileCeColl as u64;
+const CE_SYNC: u64 = ncclProfileCeSync as u64;
+const CE_BATCH: u64 = ncclProfileCeBatch as u64;
+const KERNEL_PHASE: u64 = ncclProfileKernelPhase as u64;
 
 /// # Safety
 /// `handle` is NULL or writable; `descr` is NULL or points to a descriptor NCCL filled for this
 /// call.
-pub(super) unsafe fn start_event<D: Descriptor>(
-    owner: &Owner,
-    context: u64,
-    handle: *mut *mut c_void,
-    descr: *const D,
-) {
+pub(super) unsafe fn start_event<D>(owner: &Owner, context: u64, handle: *mut *mut c_void, descr: *const D)
+where
+    Filled<D>: Descriptor,
+{
     if handle.is_null() {
         STATS.null_args.incr();
         return;
     }
     // SAFETY: checked non-NULL; NCCL passes the address of its handle slot.
     unsafe { *handle = std::ptr::null_mut() };
-    // SAFETY: NULL or valid for the duration of this call, per this function's contract.
-    let Some(d) = (unsafe { descr.as_ref() }) else {
+    // SAFETY: NULL or filled by NCCL for this call, per this function's contract.
+    let Some(d) = (unsafe { Filled::from_ptr(descr) }) else {
         STATS.null_args.incr();
         return;
     };
@@ -63,76 +74,132 @@ pub(super) unsafe fn start_event<D: Descriptor>(
 }
 
 /// Records a start; the new handle, or `None` when declined, invalid or dropped (all counted).
+/// Children name their communicator by their parent, the others by `context`. Known types that
+/// are never recorded (ProxyCtrl, NetPlugin, GroupApi, KernelLaunch, CeSync, CeBatch) are
+/// declined; Group gets a handle of its own, CollApi and P2pApi one that tells their children
+/// `graphCaptured` (or a record, [`start_api`]); CeColl is recorded as a collective.
 fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
-    let ty = d.event_type();
-    // Only a Coll/P2p start time is used (a collective's duration starts there).
-    let ts = if ty == u64::from(ncclProfileColl) || ty == u64::from(ncclProfileP2p) {
-        clock::now()
-    } else {
-        UNTIMED
-    };
     let declined = || {
         STATS.declined.incr();
         None
     };
-    if ty == u64::from(ncclProfileProxyOp) {
-        return start_proxy_op(owner, context, d);
-    }
-    if ty == u64::from(ncclProfileProxyStep) {
-        let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp]) else {
-            return declined();
-        };
-        let (id, comm) = live(owner, parent.comm_slot())?;
-        let Some(step) = d.proxy_step() else {
-            return declined(); // v1–v3: no bytes in their states
-        };
-        let body = Body::ProxyStep {
-            parent: parent.encode(),
-            step,
-        };
-        return comm.start(id, Kind::ProxyStep, Some(parent), UNTIMED, body);
-    }
-    if ty == u64::from(ncclProfileKernelCh) {
-        let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
-            return declined();
-        };
-        let (id, comm) = live(owner, parent.comm_slot())?;
-        let Some((channel, gpu_start)) = d.kernel_ch() else {
-            return declined(); // v3: no GPU time
-        };
-        let body = Body::KernelCh {
-            parent: parent.encode(),
-            channel,
-            gpu_start,
-        };
-        return comm.start(id, Kind::KernelCh, Some(parent), UNTIMED, body);
-    }
-    if ty == u64::from(ncclProfileKernelPhase) {
-        let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh]) else {
-            return declined();
-        };
-        let (id, comm) = live(owner, parent.comm_slot())?;
-        let Some((phase, gpu_start)) = d.kernel_phase() else {
-            STATS.unknown_types.incr(); // a table without the member
-            return None;
-        };
-        if usize::from(phase) >= PHASES.len() {
-            return declined();
+    match d.event_type() {
+        PROXY_OP => start_proxy_op(owner, context, d),
+        PROXY_STEP => {
+            let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp]) else {
+                return declined();
+            };
+            let (id, comm) = live(owner, parent.comm_slot())?;
+            let Some(step) = d.proxy_step() else {
+                return declined(); // v1–v3: no bytes in their states
+            };
+            let body = Body::ProxyStep {
+                parent: parent.encode(),
+                step,
+            };
+            comm.start(id, Kind::ProxyStep, Some(parent), UNTIMED, body)
         }
-        let body = Body::KernelPhase {
-            parent: parent.encode(),
-            phase,
-            gpu_start,
-        };
-        return comm.start(id, Kind::KernelPhase, Some(parent), UNTIMED, body);
+        KERNEL_CH => {
+            let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
+                return declined();
+            };
+            let (id, comm) = live(owner, parent.comm_slot())?;
+            let Some((channel, gpu_start)) = d.kernel_ch() else {
+                return declined(); // v3: no GPU time
+            };
+            let body = Body::KernelCh {
+                parent: parent.encode(),
+                channel,
+                gpu_start,
+            };
+            comm.start(id, Kind::KernelCh, Some(parent), UNTIMED, body)
+        }
+        KERNEL_PHASE => {
+            let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh]) else {
+                return declined();
+            };
+            let (id, comm) = live(owner, parent.comm_slot())?;
+            let Some((phase, gpu_start)) = d.kernel_phase() else {
+                STATS.unknown_types.incr(); // a table without the member
+                return None;
+            };
+            if usize::from(phase) >= PHASES.len() {
+                return declined();
+            }
+            let body = Body::KernelPhase {
+                parent: parent.encode(),
+                phase,
+                gpu_start,
+            };
+            comm.start(id, Kind::KernelPhase, Some(parent), UNTIMED, body)
+        }
+        PROXY_CTRL | NET_PLUGIN | GROUP_API | KERNEL_LAUNCH | CE_SYNC | CE_BATCH => declined(),
+        GROUP => {
+            let (id, _) = local(owner, context)?;
+            Some(no_record(id, Kind::Group, 0))
+        }
+        COLL => {
+            // Only a Coll/P2p start time is used (a collective's duration starts there).
+            let ts = clock::now();
+            let (id, comm) = local(owner, context)?;
+            identify(comm, d);
+            let mut coll = d.coll()?;
+            if d.symmetric() {
+                coll.algo = Algo::Symmetric;
+            }
+            coll.graph = api_graph(d.parent());
+            let handle = comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?;
+            annotated(comm, handle, d.user_tag(), d.parent())
+        }
+        P2P => {
+            let ts = clock::now();
+            let (id, comm) = local(owner, context)?;
+            identify(comm, d);
+            match d.p2p()? {
+                (Func::Recv, _) => declined(),
+                (_, mut p2p) => {
+                    p2p.graph = api_graph(d.parent());
+                    let handle = comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?;
+                    annotated(comm, handle, d.user_tag(), d.parent())
+                }
+            }
+        }
+        COLL_API | P2P_API => start_api(owner, context, d),
+        // Collectives seen only as copy-engine work: no children.
+        CE_COLL => {
+            let (id, comm) = local(owner, context)?;
+            match d.ce_coll() {
+                Some(coll) => start_only(comm, id, coll, d),
+                None => unknown_type(), // a table without the member
+            }
+        }
+        _ => {
+            local(owner, context)?;
+            unknown_type()
+        }
     }
-    if ty & DECLINED_TYPES != 0 && ty.is_power_of_two() {
-        return declined();
+}
+
+/// Counts a start of a type this table does not define.
+fn unknown_type() -> Option<u64> {
+    STATS.unknown_types.incr();
+    None
+}
+
+/// Learns the communicator's hash and our rank from a Coll/P2p (ABI v1–v3).
+#[inline(always)]
+fn identify<D: Descriptor>(comm: &Comm, d: &D) {
+    if let Some((hash, rank)) = d.identity() {
+        comm.identify(hash, rank);
     }
-    // A CollApi's call is read only where it is kept: a Broadcast on NCCL's AllGatherV path (its
-    // only event), and on 2.29–2.30 every call outside a capture (its Coll or CeColl will claim
-    // it, unless NCCL runs it with API events only; a graph's calls are claimed at its replays).
-    let coll_api = ty == u64::from(ncclProfileCollApi);
+}
+
+/// A CollApi or P2pApi start. A CollApi's call is read only where it is kept: a Broadcast on
+/// NCCL's AllGatherV path (its only event), and on 2.29–2.30 every call outside a capture (its
+/// Coll or CeColl will claim it, unless NCCL runs it with API events only; a graph's calls are
+/// claimed at its replays).
+fn start_api<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
+    let coll_api = d.event_type() == COLL_API;
     let broadcasts = coll_api && API_BROADCASTS.load(Ordering::Relaxed);
     let calls = coll_api && API_CALLS.load(Ordering::Relaxed);
     let call = (broadcasts || calls).then(|| d.coll_api()).flatten();
@@ -145,39 +212,18 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         // A handle without a record: its children read `graphCaptured` from it.
         return Some(no_record(id, Kind::Api, u32::from(graph)));
     }
-    if let Some((hash, rank)) = d.identity() {
-        comm.identify(hash, rank);
+    // A collective seen only at the API (Broadcast): no children.
+    match call.filter(|_| api_broadcast) {
+        Some(coll) => start_only(comm, id, coll, d),
+        None => unknown_type(), // a table without API events
     }
-    // Collectives seen only at the API (Broadcast) or only as copy-engine work: no children.
-    if let Some(mut coll) = d.ce_coll().or(call.filter(|_| api_broadcast)) {
-        coll.graph = coll.graph.or_else(|| api_graph(d.parent()));
-        let handle = comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?;
-        return annotated(comm, handle, d.user_tag(), d.parent());
-    }
-    if ty == u64::from(ncclProfileGroup) {
-        return Some(no_record(id, Kind::Group, 0));
-    }
-    if ty == u64::from(ncclProfileColl) {
-        let mut coll = d.coll()?;
-        if d.symmetric() {
-            coll.algo = Algo::Symmetric;
-        }
-        coll.graph = api_graph(d.parent());
-        let handle = comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?;
-        return annotated(comm, handle, d.user_tag(), d.parent());
-    }
-    if ty == u64::from(ncclProfileP2p) {
-        return match d.p2p()? {
-            (Func::Recv, _) => declined(),
-            (_, mut p2p) => {
-                p2p.graph = api_graph(d.parent());
-                let handle = comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?;
-                annotated(comm, handle, d.user_tag(), d.parent())
-            }
-        };
-    }
-    STATS.unknown_types.incr();
-    None
+}
+
+/// Records a collective that has no Coll event (CeColl, an API Broadcast), as a Coll.
+fn start_only<D: Descriptor>(comm: &Comm, id: CommId, mut coll: CollStart, d: &D) -> Option<u64> {
+    coll.graph = coll.graph.or_else(|| api_graph(d.parent()));
+    let handle = comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?;
+    annotated(comm, handle, d.user_tag(), d.parent())
 }
 
 /// A handle with no record behind it (Group, CollApi/P2pApi) whose slot bits carry `value`;
@@ -373,37 +419,51 @@ pub(super) fn record_event_state<A: StateArgs>(
 ) {
     let Some(h) = decode(handle) else { return };
     let (ts, body) = match (h.kind(), state) {
-        (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendPeerWait_v4 => {
+        (Kind::ProxyStep, bindings::ncclProfilerProxyStepSendPeerWait_v4) => {
             if !first_peer_wait(h) {
                 return;
             }
             (clock::now(), Some(Body::PeerWait))
         }
-        (Kind::ProxyStep, s) if s == ncclProfilerProxyStepSendWait => {
+        (Kind::ProxyStep, bindings::ncclProfilerProxyStepSendWait) => {
             (ts, args.map(|a| Body::SendWait { bytes: a.trans_size() }))
         }
-        (Kind::KernelCh, s) if s == ncclProfilerKernelChStop => {
+        (Kind::KernelCh, bindings::ncclProfilerKernelChStop) => {
             (ts, args.map(|a| Body::KernelChStop { gpu_stop: a.p_timer() }))
         }
-        (Kind::KernelPhase, s) if s == ncclProfilerKernelPhaseStop => {
+        (Kind::KernelPhase, bindings::ncclProfilerKernelPhaseStop) => {
             (ts, args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() }))
         }
-        (Kind::RecvOp, s) if s == ncclProfilerProxyOpInProgress_v4 => (ts, Some(Body::InProgress)),
-        (Kind::ProxyOp, 0..=7) if abi <= 3 => match args {
-            Some(a) => match legacy::mark(abi, state, a.steps()) {
-                Some(mark) => (
-                    ts,
-                    Some(Body::OpBytes {
-                        mark,
-                        total: a.trans_size(),
-                    }),
-                ),
-                None => return,
-            },
-            None => (ts, None),
-        },
-        // ProxyStep send/receive states 8 and 10–12; ProxyOp legacy states 0–7 and InProgress (19).
-        (Kind::ProxyStep, 8 | 10..=12) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7) => return,
+        (Kind::RecvOp, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
+        (Kind::ProxyOp, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone)
+            if abi <= 3 =>
+        {
+            match args {
+                Some(a) => match legacy::mark(abi, state, a.steps()) {
+                    Some(mark) => (
+                        ts,
+                        Some(Body::OpBytes {
+                            mark,
+                            total: a.trans_size(),
+                        }),
+                    ),
+                    None => return,
+                },
+                None => (ts, None),
+            }
+        }
+        // ProxyStep send/receive waits but SendWait; ProxyOp legacy states and InProgress.
+        (
+            Kind::ProxyStep,
+            bindings::ncclProfilerProxyStepSendGPUWait
+            | bindings::ncclProfilerProxyStepRecvWait..=bindings::ncclProfilerProxyStepRecvGPUWait,
+        )
+        | (
+            Kind::ProxyOp,
+            bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone
+            | bindings::ncclProfilerProxyOpInProgress_v4,
+        )
+        | (Kind::RecvOp, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone) => return,
         _ => {
             STATS.unknown_states.incr();
             return;
@@ -437,6 +497,7 @@ mod tests {
             nranks: 2,
             nnodes: 1,
         };
+        let _serial = comm::TESTS.lock();
         let id = comm::register(meta, Config::global()).expect("a free slot");
         let context = Context::new(id, 0xBAD).encode();
         let before = STATS.panics.get();
@@ -449,7 +510,8 @@ mod tests {
         assert!(comm::get(id).is_none(), "the communicator is disabled");
         // Its `finalize`, the last one, still ends the process's profiling: the flush runs and
         // NCCL's logger is forgotten (this test is the only one registering communicators).
-        nccl_log::set_logger(Some(fake_logger()));
+        // SAFETY: the fake logger is never called here (nothing logs at WARN in this test).
+        unsafe { nccl_log::set_logger(Some(fake_logger())) };
         // SAFETY: a context value, as NCCL passes it back.
         let rc = unsafe { super::super::lifecycle::finalize(context as *mut std::ffi::c_void) };
         assert_eq!(rc, ncclSuccess);

@@ -28,7 +28,8 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
     if telemetry::forked() {
         return None;
     }
-    nccl_log::set_logger(logfn);
+    // SAFETY: `logfn` is what NCCL passed to this `init` (the shims in `tables` pass it on).
+    unsafe { nccl_log::set_logger(logfn) };
     nccl_log::install();
     let config = Config::global();
     for warning in Config::take_warnings() {

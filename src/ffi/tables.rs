@@ -9,7 +9,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use super::events::{UNTIMED, record_event_state, start_event, stop_event};
 use super::guard::guarded;
 use super::lifecycle::{finalize, init};
-use crate::abi::{Descriptor, StateArgs};
+use crate::abi::{Descriptor, Filled, StateArgs};
 use crate::bindings::{
     ncclDebugLogger_t, ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
     ncclProfiler_v6_t, ncclProfiler_v7_t, ncclProfilerEventState_t, ncclProfilerProxyOpSendDone,
@@ -19,13 +19,47 @@ use crate::clock;
 use crate::record::CommMeta;
 use crate::stats::STATS;
 
-/// The exported function table: `#[repr(transparent)]` so its symbol has the C layout.
+/// The exported function table: `#[repr(transparent)]` so its symbol has the C layout. Built
+/// only here, over the profiler table types ([`ProfilerTable`]).
 #[repr(transparent)]
-pub struct Table<T>(pub T);
+pub struct Table<T>(T);
 
-// SAFETY: the only non-`Sync` fields are `name`, a pointer to a `'static` C string literal that
-// is never written, and NULL padding; the rest are function pointers.
-unsafe impl<T> Sync for Table<T> {}
+impl<T> Table<T> {
+    /// The table NCCL reads.
+    pub const fn get(&self) -> &T {
+        &self.0
+    }
+}
+
+mod sealed {
+    /// Implemented by the bindings' profiler tables only.
+    pub trait Sealed {}
+}
+
+/// A profiler table of the bindings (or the padded v7 one): function pointers, a `name` pointer
+/// and NULL padding, nothing else.
+pub trait ProfilerTable: sealed::Sealed {}
+
+macro_rules! profiler_tables {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl ProfilerTable for $t {}
+    )*};
+}
+profiler_tables!(
+    ncclProfiler_v1_t,
+    ncclProfiler_v2_t,
+    ncclProfiler_v3_t,
+    ncclProfiler_v4_t,
+    ncclProfiler_v5_t,
+    ncclProfiler_v6_t,
+    Padded<ncclProfiler_v7_t>
+);
+
+// SAFETY: a `ProfilerTable`'s only non-`Sync` fields are `name`, a pointer to a `'static` C
+// string literal that is never written, and NULL padding; the rest are function pointers. The
+// field is private and every `Table` is one of the immutable statics below.
+unsafe impl<T: ProfilerTable> Sync for Table<T> {}
 
 /// A table followed by two NULL pointers. Two unreleased designs that reuse the name
 /// `ncclProfiler_v7` give the table a seventh (and eighth) entry and read NULL there as "not
@@ -185,11 +219,10 @@ unsafe fn init_shim(
 }
 
 /// `startEvent` of every version, over its descriptor type `D`.
-unsafe extern "C" fn start_event_shim<D: Descriptor>(
-    context: *mut c_void,
-    handle: *mut *mut c_void,
-    descr: *mut D,
-) -> ncclResult_t {
+unsafe extern "C" fn start_event_shim<D>(context: *mut c_void, handle: *mut *mut c_void, descr: *mut D) -> ncclResult_t
+where
+    Filled<D>: Descriptor,
+{
     // SAFETY: NCCL passes a valid descriptor pointer of its table's version, or NULL.
     guarded(|owner| unsafe { start_event(owner, context as u64, handle, descr.cast_const()) })
 }

@@ -7,8 +7,11 @@
 //! their epochs only grow, so a handle of an earlier communicator in the slot names an epoch its
 //! window has left. Its 24 epoch bits wrap after 16.7 M cycles of one window: at a million
 //! records a second and the default count trigger, a window cycles about 17 times a second, so a
-//! stale handle could alias only after some 11 days. Called on: every NCCL thread; pure bit
-//! arithmetic.
+//! stale handle could alias only after some 11 days. A window's epoch skips 0 (the stamp of a
+//! slot never written) where its 32 bits wrap; the 24 bits a handle keeps may still be 0, as
+//! they are only ever compared with a window epoch's low bits, never with a stamp, and ages
+//! across that wrap count the skipped value for a handle and a communicator's birth alike.
+//! Called on: every NCCL thread; pure bit arithmetic.
 //!
 //! | bits  | field          |
 //! |-------|----------------|

@@ -549,13 +549,13 @@ impl Plugin {
             .or(found.first().copied())
             .expect("every release looks up v1 at least");
         let table = match version {
-            Version::V1 => Table::V1(&ffi::ncclProfiler_v1.0),
-            Version::V2 => Table::V2(&ffi::ncclProfiler_v2.0),
-            Version::V3 => Table::V3(&ffi::ncclProfiler_v3.0),
-            Version::V4 => Table::V4(&ffi::ncclProfiler_v4.0),
-            Version::V5 => Table::V5(&ffi::ncclProfiler_v5.0),
-            Version::V6 => Table::V6(&ffi::ncclProfiler_v6.0),
-            Version::V7 => Table::V7(&ffi::ncclProfiler_v7.0.table),
+            Version::V1 => Table::V1(ffi::ncclProfiler_v1.get()),
+            Version::V2 => Table::V2(ffi::ncclProfiler_v2.get()),
+            Version::V3 => Table::V3(ffi::ncclProfiler_v3.get()),
+            Version::V4 => Table::V4(ffi::ncclProfiler_v4.get()),
+            Version::V5 => Table::V5(ffi::ncclProfiler_v5.get()),
+            Version::V6 => Table::V6(ffi::ncclProfiler_v6.get()),
+            Version::V7 => Table::V7(&ffi::ncclProfiler_v7.get().table),
         };
         assert!(
             Self::native_or_v4(version, release),

@@ -584,13 +584,13 @@ impl Abi {
         // SAFETY: the caller's arguments, as NCCL passes them to this table.
         unsafe {
             match self {
-                Abi::V1 => (ncclProfiler_v1.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
-                Abi::V2 => (ncclProfiler_v2.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
-                Abi::V3 => (ncclProfiler_v3.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
-                Abi::V4 => (ncclProfiler_v4.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
-                Abi::V5 => (ncclProfiler_v5.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
-                Abi::V6 => (ncclProfiler_v6.0.startEvent.expect("startEvent"))(context, handle, descr.cast()),
-                Abi::V7 => (ncclProfiler_v7.0.table.startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V1 => (ncclProfiler_v1.get().startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V2 => (ncclProfiler_v2.get().startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V3 => (ncclProfiler_v3.get().startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V4 => (ncclProfiler_v4.get().startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V5 => (ncclProfiler_v5.get().startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V6 => (ncclProfiler_v6.get().startEvent.expect("startEvent"))(context, handle, descr.cast()),
+                Abi::V7 => (ncclProfiler_v7.get().table.startEvent.expect("startEvent"))(context, handle, descr.cast()),
             }
         }
     }
@@ -601,13 +601,13 @@ impl Abi {
         // SAFETY: the caller's arguments, as NCCL passes them to this table.
         unsafe {
             match self {
-                Abi::V1 => (ncclProfiler_v1.0.recordEventState.expect("state"))(handle, state, args.cast()),
-                Abi::V2 => (ncclProfiler_v2.0.recordEventState.expect("state"))(handle, state, args.cast()),
-                Abi::V3 => (ncclProfiler_v3.0.recordEventState.expect("state"))(handle, state, args.cast()),
-                Abi::V4 => (ncclProfiler_v4.0.recordEventState.expect("state"))(handle, state, args.cast()),
-                Abi::V5 => (ncclProfiler_v5.0.recordEventState.expect("state"))(handle, state, args.cast()),
-                Abi::V6 => (ncclProfiler_v6.0.recordEventState.expect("state"))(handle, state, args.cast()),
-                Abi::V7 => (ncclProfiler_v7.0.table.recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V1 => (ncclProfiler_v1.get().recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V2 => (ncclProfiler_v2.get().recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V3 => (ncclProfiler_v3.get().recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V4 => (ncclProfiler_v4.get().recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V5 => (ncclProfiler_v5.get().recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V6 => (ncclProfiler_v6.get().recordEventState.expect("state"))(handle, state, args.cast()),
+                Abi::V7 => (ncclProfiler_v7.get().table.recordEventState.expect("state"))(handle, state, args.cast()),
             }
         }
     }
@@ -615,13 +615,13 @@ impl Abi {
     /// `stopEvent` of the table.
     fn stop(self) -> unsafe extern "C" fn(*mut c_void) -> ncclResult_t {
         match self {
-            Abi::V1 => ncclProfiler_v1.0.stopEvent,
-            Abi::V2 => ncclProfiler_v2.0.stopEvent,
-            Abi::V3 => ncclProfiler_v3.0.stopEvent,
-            Abi::V4 => ncclProfiler_v4.0.stopEvent,
-            Abi::V5 => ncclProfiler_v5.0.stopEvent,
-            Abi::V6 => ncclProfiler_v6.0.stopEvent,
-            Abi::V7 => ncclProfiler_v7.0.table.stopEvent,
+            Abi::V1 => ncclProfiler_v1.get().stopEvent,
+            Abi::V2 => ncclProfiler_v2.get().stopEvent,
+            Abi::V3 => ncclProfiler_v3.get().stopEvent,
+            Abi::V4 => ncclProfiler_v4.get().stopEvent,
+            Abi::V5 => ncclProfiler_v5.get().stopEvent,
+            Abi::V6 => ncclProfiler_v6.get().stopEvent,
+            Abi::V7 => ncclProfiler_v7.get().table.stopEvent,
         }
         .expect("stopEvent")
     }
@@ -629,13 +629,13 @@ impl Abi {
     /// `finalize` of the table.
     fn finalize(self) -> unsafe extern "C" fn(*mut c_void) -> ncclResult_t {
         match self {
-            Abi::V1 => ncclProfiler_v1.0.finalize,
-            Abi::V2 => ncclProfiler_v2.0.finalize,
-            Abi::V3 => ncclProfiler_v3.0.finalize,
-            Abi::V4 => ncclProfiler_v4.0.finalize,
-            Abi::V5 => ncclProfiler_v5.0.finalize,
-            Abi::V6 => ncclProfiler_v6.0.finalize,
-            Abi::V7 => ncclProfiler_v7.0.table.finalize,
+            Abi::V1 => ncclProfiler_v1.get().finalize,
+            Abi::V2 => ncclProfiler_v2.get().finalize,
+            Abi::V3 => ncclProfiler_v3.get().finalize,
+            Abi::V4 => ncclProfiler_v4.get().finalize,
+            Abi::V5 => ncclProfiler_v5.get().finalize,
+            Abi::V6 => ncclProfiler_v6.get().finalize,
+            Abi::V7 => ncclProfiler_v7.get().table.finalize,
         }
         .expect("finalize")
     }
@@ -656,19 +656,19 @@ impl Abi {
         // SAFETY: the caller's arguments, as NCCL passes them, in the version's order.
         unsafe {
             match self {
-                Abi::V1 => (ncclProfiler_v1.0.init.expect("init"))(context, mask),
-                Abi::V2 => (ncclProfiler_v2.0.init.expect("init"))(context, mask),
-                Abi::V3 => (ncclProfiler_v3.0.init.expect("init"))(context, mask),
+                Abi::V1 => (ncclProfiler_v1.get().init.expect("init"))(context, mask),
+                Abi::V2 => (ncclProfiler_v2.get().init.expect("init"))(context, mask),
+                Abi::V3 => (ncclProfiler_v3.get().init.expect("init"))(context, mask),
                 Abi::V4 => {
-                    (ncclProfiler_v4.0.init.expect("init"))(context, mask, name, hash, n_nodes, nranks, rank, logfn)
+                    (ncclProfiler_v4.get().init.expect("init"))(context, mask, name, hash, n_nodes, nranks, rank, logfn)
                 }
                 Abi::V5 => {
-                    (ncclProfiler_v5.0.init.expect("init"))(context, hash, mask, name, n_nodes, nranks, rank, logfn)
+                    (ncclProfiler_v5.get().init.expect("init"))(context, hash, mask, name, n_nodes, nranks, rank, logfn)
                 }
                 Abi::V6 => {
-                    (ncclProfiler_v6.0.init.expect("init"))(context, hash, mask, name, n_nodes, nranks, rank, logfn)
+                    (ncclProfiler_v6.get().init.expect("init"))(context, hash, mask, name, n_nodes, nranks, rank, logfn)
                 }
-                Abi::V7 => (ncclProfiler_v7.0.table.init.expect("init"))(
+                Abi::V7 => (ncclProfiler_v7.get().table.init.expect("init"))(
                     context, hash, mask, name, n_nodes, nranks, rank, logfn,
                 ),
             }
