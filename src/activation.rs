@@ -192,7 +192,11 @@ static STATE: Mutex<State> = Mutex::new(State {
 /// At `init`: keeps NCCL's mask address (when not NULL) and stores the mask due now. The first
 /// call fixes the process's plan with `plan` (later calls reuse it) and logs it. Returns the
 /// mask due.
-pub fn attach(mask: *mut c_int, plan: impl FnOnce() -> Plan, now: SystemTime) -> i32 {
+///
+/// # Safety
+/// `mask` is NULL or points to an aligned `int` that is only accessed atomically and stays valid
+/// until [`detach`] reports the last communicator gone (NCCL's `init` contract).
+pub unsafe fn attach(mask: *mut c_int, plan: impl FnOnce() -> Plan, now: SystemTime) -> i32 {
     let mut state = STATE.lock();
     let plan = *state.plan.get_or_insert_with(plan);
     let due = plan.due(now);
@@ -308,8 +312,12 @@ mod tests {
     fn toggles_only_kernel_ch_and_yields_to_a_foreign_mask() {
         let nccl = Box::new(AtomicI32::new(0));
         let ptr = nccl.as_ptr();
-        assert_eq!(attach(ptr, || SAMPLED, at(1000.0)), 0x5e);
-        assert_eq!(attach(ptr, || unreachable!("the plan is fixed"), at(1000.0)), 0x5e);
+        let attach = |plan: fn() -> Plan, now| {
+            // SAFETY: `nccl` is an atomic int that outlives the test, whose last step detaches it.
+            unsafe { attach(ptr, plan, now) }
+        };
+        assert_eq!(attach(|| SAMPLED, at(1000.0)), 0x5e);
+        assert_eq!(attach(|| unreachable!("the plan is fixed"), at(1000.0)), 0x5e);
         tick(at(1000.6));
         assert_eq!(nccl.load(Ordering::Relaxed), 0x1e);
         tick(at(1005.0));
@@ -323,7 +331,7 @@ mod tests {
         tick(at(1010.0));
         assert_eq!(nccl.load(Ordering::Relaxed), 0x2);
 
-        assert_eq!(attach(ptr, || SAMPLED, at(1010.7)), 0x1e);
+        assert_eq!(attach(|| SAMPLED, at(1010.7)), 0x1e);
         tick(at(1015.0));
         assert_eq!(nccl.load(Ordering::Relaxed), 0x5e, "toggling again after init");
         detach(|| true);

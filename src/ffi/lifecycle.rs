@@ -24,11 +24,15 @@ use crate::{clock, export, nccl_log, telemetry};
 /// mask, or NULL), or `None` to leave the communicator
 /// unprofiled (NULL context, success, mask untouched). In a forked child of a profiled process
 /// the plugin is inert: no lock, no log, no thread (the parent's threads and lock owners are gone).
-pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, abi: u8) -> Option<u64> {
+///
+/// # Safety
+/// `logfn` and `mask` are what NCCL passed to this `init`: a logger NCCL keeps valid while it is
+/// loaded (or NULL), and NULL or NCCL's activation mask (see [`activation::attach`]).
+pub(super) unsafe fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, abi: u8) -> Option<u64> {
     if telemetry::forked() {
         return None;
     }
-    // SAFETY: `logfn` is what NCCL passed to this `init` (the shims in `tables` pass it on).
+    // SAFETY: `logfn` is NCCL's logger, by this function's contract.
     unsafe { nccl_log::set_logger(logfn) };
     nccl_log::install();
     let config = Config::global();
@@ -53,7 +57,8 @@ pub(super) fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, a
         tracing::warn!("no communicator slot or memory left; this communicator is not profiled");
         return None;
     };
-    activation::attach(mask, || activation::plan(config, logfn, abi), SystemTime::now());
+    // SAFETY: `mask` is NULL or NCCL's activation mask, by this function's contract.
+    unsafe { activation::attach(mask, || activation::plan(config, logfn, abi), SystemTime::now()) };
     telemetry::wake(); // parked while no communicator was live
     Some(Context::new(id, hash).encode())
 }

@@ -210,7 +210,8 @@ unsafe fn init_shim(
             nranks,
             nnodes: n_nodes,
         };
-        let Some(ctx) = init(meta, logfn, activation_mask, abi) else {
+        // SAFETY: `logfn` and `activation_mask` are this `init`'s arguments from NCCL, passed on.
+        let Some(ctx) = (unsafe { init(meta, logfn, activation_mask, abi) }) else {
             return;
         };
         // SAFETY: `context` was checked non-NULL above.
