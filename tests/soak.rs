@@ -26,17 +26,20 @@
 //! `SOAK_SECONDS` (default 90) sets the length, phases scale with it. Run by `.ci/soak.sh` in
 //! release; ignored by a plain `cargo test`. The per-phase table goes to stdout (`--nocapture`).
 
-mod emulator;
-mod otlp_receiver;
+#[path = "support"]
+mod support {
+    pub mod emulator;
+    pub mod otlp_receiver;
+}
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver as Queue, SyncSender, sync_channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use emulator::plugin::{coll_descr, p2p_descr};
-use emulator::{Comm, H, Plugin, pid, rss, ty};
-use otlp_receiver::{ExportMetricsServiceRequest, Fault, Receiver, metric, metrics, points};
+use support::emulator::plugin::{coll_descr, p2p_descr};
+use support::emulator::{Comm, H, Plugin, pid, rss, ty};
+use support::otlp_receiver::{ExportMetricsServiceRequest, Fault, Receiver, metric, metrics, points};
 
 /// Export interval, seconds (`NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC`).
 const INTERVAL: f64 = 0.25;

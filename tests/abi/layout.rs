@@ -3,7 +3,6 @@
 //! spec lists for v1 to v7 (sections 2.4–2.9, 7.2) appears here; offsets are from the start of
 //! the descriptor.
 //! x86_64 / LP64 only, like the spec's numbers.
-#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
 use std::mem::{align_of, offset_of, size_of};
 

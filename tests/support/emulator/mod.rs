@@ -3,7 +3,7 @@
 //! truth is known.
 //!
 //! One implementation, shared by the integration tests (`mod emulator;`), the examples and the
-//! benchmarks (`#[path = "../tests/emulator/mod.rs"] mod emulator;`).
+//! benchmarks (`#[path = "../tests/support/emulator/mod.rs"] mod emulator;`).
 //!
 //! - [`plugin`]: [`Plugin::in_process`] (the table linked into this binary) or [`Plugin::load`]
 //!   (`dlopen(RTLD_NOW | RTLD_LOCAL)` of the built `.so`, symbols looked up v6 → v5 → v4 like
