@@ -1,5 +1,5 @@
 //! The NCCL host emulator: loads the profiler plugin and calls it the way NCCL 2.30 does
-//! (`/work/shared/nccl-profiler-api.md` sections 1, 3 and 4), with a modelled network whose
+//! (the NCCL profiler API, spec sections 1, 3 and 4), with a modelled network whose
 //! truth is known.
 //!
 //! One implementation, shared by the integration tests (`mod emulator;`), the examples and the
