@@ -100,13 +100,9 @@ fn export_log_lines(from: usize) -> Vec<String> {
 
 #[test]
 fn faulty_collector_never_harms_the_job() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::own_process(module_path!(), "faulty_collector_never_harms_the_job") else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
-    if !process::own_process(module_path!(), "faulty_collector_never_harms_the_job") {
-        return;
-    }
+    };
     let rx = Receiver::start();
     // SAFETY: this process runs this test alone; this is the first thing it does.
     unsafe {
@@ -396,10 +392,9 @@ fn run_child(scenario: &str, endpoint: &str, extra: &[(&str, String)]) -> ChildR
 
 #[test]
 fn exit_without_finalize_flushes() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("exit", &rx.endpoint(), &[]);
     run.assert_exited(0);
@@ -418,10 +413,9 @@ fn exit_without_finalize_flushes() {
 
 #[test]
 fn exit_with_a_hung_collector_is_bounded() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let run = run_child("exit", &rx.endpoint(), &[]);
@@ -440,10 +434,9 @@ fn exit_with_a_hung_collector_is_bounded() {
 /// looked healthy), its request fails at the timeout, and the exit flush then does not wait again.
 #[test]
 fn finalize_then_exit_with_a_hung_collector_waits_once() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let timeout: u64 = 3000;
@@ -507,10 +500,9 @@ fn assert_last_words(reqs: &[otlp_receiver::ExportMetricsServiceRequest]) {
 
 #[test]
 fn exit_from_a_callback_thread_flushes() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("exit-mid-stream", &rx.endpoint(), &healthy_env());
     run.assert_exited(EXITED);
@@ -532,10 +524,9 @@ fn exit_from_a_callback_thread_flushes() {
 
 #[test]
 fn exit_from_a_callback_thread_with_a_hung_collector_is_bounded() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let run = run_child("exit-mid-stream", &rx.endpoint(), &[]);
@@ -551,10 +542,9 @@ fn exit_from_a_callback_thread_with_a_hung_collector_is_bounded() {
 
 #[test]
 fn exit_while_the_last_finalize_waits_for_a_hung_collector_is_bounded() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     // No interval export before the last finalize: the collector still counts as healthy, so
@@ -569,10 +559,9 @@ fn exit_while_the_last_finalize_waits_for_a_hung_collector_is_bounded() {
 
 #[test]
 fn finalize_from_a_later_atexit_handler_works_after_the_exit_flush() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("exit-then-late-finalize", &rx.endpoint(), &healthy_env());
     run.assert_exited(EXITED);
@@ -623,10 +612,9 @@ fn fork_env(timeout_ms: u64) -> Vec<(&'static str, String)> {
 
 #[test]
 fn fork_while_callbacks_and_export_run_leaves_the_child_inert() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("fork-busy", &rx.endpoint(), &fork_env(HEALTHY_TIMEOUT_MS));
     run.assert_exited(0);
@@ -650,10 +638,9 @@ fn fork_while_callbacks_and_export_run_leaves_the_child_inert() {
 
 #[test]
 fn fork_while_the_exporter_hangs_leaves_the_child_inert() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let run = run_child("fork-busy", &rx.endpoint(), &fork_env(TIMEOUT_MS));
@@ -992,10 +979,9 @@ fn slow_proxy(upstream: &str, delay: Duration) -> String {
 /// of returning as if the dropped one had been exported.
 #[test]
 fn exit_flush_waits_for_a_slow_but_healthy_collector() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     // Every answer 400 ms late, within the 1 s timeout: slow, never failing.
     let slow = slow_proxy(&rx.endpoint(), Duration::from_millis(400));

@@ -37,13 +37,9 @@ fn decode(text: &str) -> Vec<ExportMetricsServiceRequest> {
 
 #[test]
 fn file_round_trip_with_delta_and_overflow() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::own_process(module_path!(), "file_round_trip_with_delta_and_overflow") else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
-    if !process::own_process(module_path!(), "file_round_trip_with_delta_and_overflow") {
-        return;
-    }
+    };
     let dir = dir();
     let pattern = dir.join("nccl-otel-%h-%p.jsonl");
     let limit = LIMIT.to_string();
@@ -150,10 +146,9 @@ fn file_round_trip_with_delta_and_overflow() {
 
 #[test]
 fn stdout_writes_the_same_json_lines() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let out = process::child(module_path!(), "stdout_child", CHILD, "stdout")
         .env("NCCL_PROFILER_OTEL_EXPORTER", "stdout")
         // What the environment this process inherited may carry.

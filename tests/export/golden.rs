@@ -17,7 +17,6 @@ use std::fmt::Write as _;
 use crate::support::emulator::Plugin;
 use crate::support::export as sx;
 use crate::support::otlp_receiver::{ExportMetricsServiceRequest, Receiver, find, kind, metrics, points, resource};
-use crate::support::process;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/export.txt");
 
@@ -74,10 +73,9 @@ fn canonical(reqs: &[ExportMetricsServiceRequest]) -> String {
 
 #[test]
 fn scripted_workload_exports_what_was_recorded() {
-    let _serial = sx::SERIAL.lock();
-    if !process::own_process(module_path!(), "scripted_workload_exports_what_was_recorded") {
+    let Some(_serial) = sx::own_process(module_path!(), "scripted_workload_exports_what_was_recorded") else {
         return;
-    }
+    };
     let rx = Receiver::start();
     let endpoint = rx.endpoint();
     // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.

@@ -10,15 +10,13 @@ use std::time::{Duration, Instant};
 use crate::support::emulator::Plugin;
 use crate::support::export as sx;
 use crate::support::otlp_receiver::{Fault, Receiver, resource};
-use crate::support::process;
 use nccl_profiler_otel::export;
 
 #[test]
 fn workload_arrives_over_grpc() {
-    let _serial = sx::SERIAL.lock();
-    if !process::own_process(module_path!(), "workload_arrives_over_grpc") {
+    let Some(_serial) = sx::own_process(module_path!(), "workload_arrives_over_grpc") else {
         return;
-    }
+    };
     let rx = Receiver::start_grpc();
     let endpoint = rx.endpoint();
     // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.

@@ -17,13 +17,9 @@ const CHILD: &str = "EXPORT_HTTP_CHILD";
 
 #[test]
 fn workload_arrives_with_the_documented_catalogue() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::own_process(module_path!(), "workload_arrives_with_the_documented_catalogue") else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
-    if !process::own_process(module_path!(), "workload_arrives_with_the_documented_catalogue") {
-        return;
-    }
+    };
     let rx = Receiver::start();
     let endpoint = rx.endpoint();
     // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.
@@ -131,10 +127,9 @@ fn workload_arrives_with_the_documented_catalogue() {
 
 #[test]
 fn http_json_protocol() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     let out = process::child(module_path!(), "http_json_child", CHILD, "json")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
@@ -178,10 +173,9 @@ fn http_json_child() {
 /// per-transfer histograms, and nothing else.
 #[test]
 fn exponential_histograms_and_a_dropped_family() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     let out = process::child(module_path!(), "exponential_child", CHILD, "exponential")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", rx.endpoint())

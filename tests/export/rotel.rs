@@ -68,6 +68,9 @@ fn second_process() {
 #[test]
 #[ignore = "needs rotel-agent: run through .ci/export-interop.sh"]
 fn metrics_arrive_intact_through_rotel() {
+    let Some(_serial) = sx::own_process(module_path!(), "metrics_arrive_intact_through_rotel") else {
+        return;
+    };
     let agent = std::env::var("ROTEL_AGENT").expect("set ROTEL_AGENT to the rotel-agent binary");
     let rx = Receiver::start();
     let (grpc_port, http_port) = (free_port(), free_port());

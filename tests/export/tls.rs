@@ -141,10 +141,9 @@ fn trusted_only_with_the_ca(rx: &Receiver, protocol: &str, endpoint: &str, ca: &
 
 #[test]
 fn http_protobuf_over_tls() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let pki = Pki::new();
     let ca = Scratch::new("http-ca.pem", &pki.ca_pem);
     let rx = Receiver::start_tls(&pki.cert_pem, &pki.key_pem);
@@ -157,10 +156,9 @@ fn http_protobuf_over_tls() {
 
 #[test]
 fn plain_http_needs_no_system_roots() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let rx = Receiver::start();
     let empty = Scratch::new("plain-empty", "");
     run_child("trusted", "http/protobuf", &rx.endpoint(), &no_system_roots(&empty));
@@ -172,10 +170,9 @@ fn plain_http_needs_no_system_roots() {
 #[test]
 #[cfg(feature = "grpc")]
 fn grpc_over_tls() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = sx::SERIAL.lock();
+    };
     let pki = Pki::new();
     let ca = Scratch::new("grpc-ca.pem", &pki.ca_pem);
     let rx = Receiver::start_grpc_tls(&pki.cert_pem, &pki.key_pem);

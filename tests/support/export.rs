@@ -21,11 +21,26 @@ use std::time::Duration;
 
 use super::emulator::{self, H, Plugin, ty};
 use super::otlp_receiver::{self as rx, ExportMetricsServiceRequest, Point};
-use parking_lot::Mutex;
+use super::process;
+use parking_lot::{Mutex, MutexGuard};
 
 /// Taken by every export test: the callback and flush bounds assume that no other test's threads
 /// or child processes share the machine's (two) cores.
 pub static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The start of an export test: [`SERIAL`] taken; `None` in a child process of another test
+/// (`process::child`), where the test does nothing.
+pub fn serial() -> Option<MutexGuard<'static, ()>> {
+    (!process::is_child()).then(|| SERIAL.lock())
+}
+
+/// The start of an export test that configures the in-process plugin (read once per process):
+/// [`serial`], then test `name` of `module` runs in a process of its own. `Some` in that process,
+/// which runs the test's body; `None` in the process that waited for it.
+pub fn own_process(module: &str, name: &str) -> Option<MutexGuard<'static, ()>> {
+    let serial = serial()?;
+    process::own_process(module, name).then_some(serial)
+}
 
 pub const COLLS: u64 = 12;
 pub const P2PS: u64 = 4;

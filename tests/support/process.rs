@@ -16,6 +16,13 @@ use std::process::Command;
 
 /// Set in a process started by [`own_process`]: the name of the one test it runs.
 const OWN: &str = "NCCL_TEST_OWN_PROCESS";
+/// Set in a process started by [`child`].
+const CHILD: &str = "NCCL_TEST_CHILD";
+
+/// Whether this process is a [`child`] of a test (where only its helper test runs).
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
 
 /// The libtest name of test `name` in `module` (its `module_path!()`): the path without the
 /// crate, as `--exact` expects it.
@@ -58,6 +65,7 @@ pub fn child(module: &str, name: &str, var: &str, case: &str) -> Command {
         "--test-threads=1",
         "--nocapture",
     ])
-    .env(var, case);
+    .env(var, case)
+    .env(CHILD, "1");
     cmd
 }
