@@ -7,6 +7,7 @@ mod support {
     pub mod emulator;
     pub mod export;
     pub mod otlp_receiver;
+    pub mod process;
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

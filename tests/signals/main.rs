@@ -23,6 +23,7 @@ mod support {
     pub mod emulator;
     pub mod export;
     pub mod otlp_receiver;
+    pub mod process;
     pub mod prom;
 }
 
