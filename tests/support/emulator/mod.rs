@@ -2,7 +2,7 @@
 //! (the NCCL profiler API, spec sections 1, 3 and 4), with a modelled network whose
 //! truth is known.
 //!
-//! One implementation, shared by the integration tests (`mod emulator;`), the examples and the
+//! One implementation, shared by the integration tests (`support::emulator`), the examples and the
 //! benchmarks (`#[path = "../tests/support/emulator/mod.rs"] mod emulator;`).
 //!
 //! - [`plugin`]: [`Plugin::in_process`] (the table linked into this binary) or [`Plugin::load`]
