@@ -10,7 +10,7 @@
 
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
-    // The emulator's `ncclGetVersion` (tests/emulator/release.rs), found by the plugin through
+    // The emulator's `ncclGetVersion` (tests/support/emulator/release.rs), found by the plugin through
     // `dlsym(RTLD_DEFAULT)` as in a process that links libnccl.
     for target in ["tests", "benches", "examples"] {
         println!("cargo:rustc-link-arg-{target}=-Wl,--export-dynamic-symbol=ncclGetVersion");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Interop of the OTLP export with a real collector: installs rotel (PyPI `rotel`, which ships the
-# `rotel-agent` OpenTelemetry collector), then runs tests/export_rotel.rs, where the plugin exports
+# `rotel-agent` OpenTelemetry collector), then runs tests/export/rotel.rs, where the plugin exports
 # OTLP/HTTP to rotel-agent and rotel forwards to the test's own receiver. Exits non-zero when rotel
 # cannot be installed or the metrics do not arrive intact.
 set -euo pipefail
@@ -18,4 +18,4 @@ if [ ! -x "$ROTEL_AGENT" ]; then
 fi
 echo "rotel-agent: $ROTEL_AGENT ($("$ROTEL_AGENT" --version 2>&1 | head -n1))"
 
-ROTEL_AGENT="$ROTEL_AGENT" cargo test --test export_rotel -- --ignored --nocapture
+ROTEL_AGENT="$ROTEL_AGENT" cargo test --test export -- --ignored --nocapture rotel::

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prometheus, Grafana and Collector files under docs/: installs Debian's prometheus package
 # (prometheus and promtool 2.42) when missing, checks the rules' syntax, the Grafana dashboard
-# against Grafana's own schema types and the Collector configuration's structure. tests/signals.rs then runs `promtool test rules` on series made from
+# against Grafana's own schema types and the Collector configuration's structure. tests/signals/ then runs `promtool test rules` on series made from
 # the emulator's scenarios, and a real Prometheus over those exports that evaluates the rules and
 # answers every query of the Grafana dashboard (REQUIRE_PROMTOOL=1 makes it fail rather than
 # skip without them). Exits non-zero when a tool cannot be had.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Soak with faults (issue 5, item 4): the built plugin, loaded like NCCL loads it, takes about a
+# Soak with faults: the built plugin, loaded like NCCL loads it, takes about a
 # million callbacks per second from four communicators (an application and a proxy thread each)
-# while the OTLP collector cycles healthy → hung → healthy → down → … → healthy. tests/soak.rs checks
+# while the OTLP collector cycles healthy → hung → healthy → down → … → healthy. tests/soak/ checks
 # callback latency (faulty phases against healthy ones), flat RSS, windows advancing in every
 # phase, the exact account of recorded, dropped and declined events, export failures and queue
 # drops counted, and exports resuming; it prints a table per phase.

@@ -15,7 +15,7 @@
 //! communicators idle, per communicator: what a sustained burst keeps resident (windows, the
 //! tables of open operations, the export pipeline's share).
 
-#[path = "../tests/emulator/mod.rs"]
+#[path = "../tests/support/emulator/mod.rs"]
 mod emulator;
 
 use std::process::Command;

@@ -14,7 +14,7 @@
 //! A clock read (`rdtsc` on x86_64) is one instruction here: the ceilings count work, the
 //! `hot_path` bench its time.
 
-#[path = "../tests/emulator/mod.rs"]
+#[path = "../tests/support/emulator/mod.rs"]
 mod emulator;
 #[path = "support/table.rs"]
 mod table;

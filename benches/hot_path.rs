@@ -20,7 +20,7 @@
 //! window never fills) the bench drives the consumer itself, untimed, as the telemetry thread
 //! would, so windows rotate, get processed and are reused with their pages resident.
 
-#[path = "../tests/emulator/mod.rs"]
+#[path = "../tests/support/emulator/mod.rs"]
 mod emulator;
 #[path = "support/table.rs"]
 mod table;

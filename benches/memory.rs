@@ -7,7 +7,7 @@
 //! `harness = false`: prints a table. `cargo bench --bench memory` runs it all; under
 //! `cargo test --benches` it runs one communicator only.
 
-#[path = "../tests/emulator/mod.rs"]
+#[path = "../tests/support/emulator/mod.rs"]
 mod emulator;
 
 use emulator::{H, Plugin, pid, rss, ty};

@@ -11,9 +11,9 @@
 //! series; the last ones carry them all). Each variant runs in a child process (the
 //! configuration is read once per process).
 
-#[path = "../tests/emulator/mod.rs"]
+#[path = "../tests/support/emulator/mod.rs"]
 mod emulator;
-#[path = "../tests/otlp_receiver/mod.rs"]
+#[path = "../tests/support/otlp_receiver.rs"]
 mod otlp_receiver;
 
 use std::collections::BTreeMap;

@@ -19,12 +19,14 @@
 //! tests run one at a time and emulate one rank at a time, so the emulator never competes with
 //! itself for the two cores.
 
-mod emulator;
+#[path = "support"]
+mod support {
+    pub mod emulator;
+}
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use emulator::{Call, CommSpec, Func, Link, Network, Plugin, Proto, Report, Workload};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::aggregate::bandwidth::bus_factor;
 use nccl_profiler_otel::aggregate::queue::Queue;
@@ -33,6 +35,7 @@ use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::Config;
 use nccl_profiler_otel::record::Func as PluginFunc;
 use nccl_profiler_otel::telemetry::{self, Sink};
+use support::emulator::{self, Call, CommSpec, Func, Link, Network, Plugin, Proto, Report, Workload};
 
 /// A host stall this long can outlast the 50 ms telemetry interval's grace for open events.
 const STALL: std::time::Duration = std::time::Duration::from_millis(20);

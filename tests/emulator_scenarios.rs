@@ -10,18 +10,23 @@
 //! `*eHandle` (checked by the emulator on each call), the in-process plugin caught no panic, and
 //! what it recorded adds up with what the emulator did.
 
-mod emulator;
+#[path = "support"]
+mod support {
+    pub mod emulator;
+}
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use emulator::release::Release;
-use emulator::{Call, CommSpec, Link, LoadError, Network, Plugin, Report, Version, Workload, logger, mask};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use parking_lot::{Mutex, MutexGuard};
+use support::emulator::release::Release;
+use support::emulator::{
+    self, Call, CommSpec, Link, LoadError, Network, Plugin, Report, Version, Workload, logger, mask,
+};
 
 #[derive(Default)]
 struct Capture(Mutex<Vec<WindowSummary>>);

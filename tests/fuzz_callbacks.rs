@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use stream::{Abi, Balance, Run};
 
 /// Tests in this binary read process-wide counters: one at a time.
@@ -144,7 +145,11 @@ fn arbitrary_callback_streams_keep_every_invariant() {
     let config = ProptestConfig {
         cases: cases(),
         max_shrink_iters: 200,
-        source_file: Some(file!()),
+        // The seeds of past failures, replayed first.
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/proptest-regressions/fuzz_callbacks.txt"
+        )))),
         ..ProptestConfig::default()
     };
     let threads = prop::collection::vec(prop::collection::vec(any::<u8>(), 0..4096), 2..=3);

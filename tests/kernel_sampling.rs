@@ -4,16 +4,19 @@
 //! shortest stretch). The Coll/P2p bits never change; the operations NCCL started with KernelCh
 //! get exact GPU times, the others none. The release is process-wide, hence a binary of its own.
 
-mod emulator;
+#[path = "support"]
+mod support {
+    pub mod emulator;
+}
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use emulator::{Call, CommSpec, Link, Network, Plugin, Workload, logger, release};
 use nccl_profiler_otel::activation;
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::telemetry::{self, Sink};
+use support::emulator::{Call, CommSpec, Link, Network, Plugin, Workload, logger, release};
 
 #[derive(Default)]
 struct Capture(Mutex<Vec<WindowSummary>>);

@@ -1,17 +1,19 @@
 //! The plugin's rules, driven through the real exported `ncclProfiler_v4` table as NCCL calls it:
 //! out-parameters, NULL/stale/foreign/unknown inputs, declined events, routing of children to
-//! their parent's window, the count and time triggers, the grace period, drops, finalize with
-//! events in flight, and init after a full finalize.
+//! their parent's window, the count and time triggers, the grace period, drops, and finalize with
+//! events in flight (init after the last finalize: `tests/lifecycle`).
 //!
 //! The telemetry thread is disabled here (`NCCL_PROFILER_OTEL_TELEMETRY_ENABLE=0`) so each test
 //! drives the consumer itself with `Comm::poll` at chosen instants.
 
-mod emulator;
+#[path = "support"]
+mod support {
+    pub mod emulator;
+}
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use emulator::{H, Plugin, pid, ty};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::comm::{self, SETTLE};
 use nccl_profiler_otel::record::handle::Context;
@@ -20,6 +22,7 @@ use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use nccl_profiler_otel::{clock, config::Config};
 use parking_lot::Mutex;
+use support::emulator::{self, H, Plugin, pid, ty};
 
 const CAPACITY: u32 = 4096;
 const COUNT_TRIGGER: u32 = 1000;
@@ -445,16 +448,6 @@ fn finalize_with_events_in_flight_reports_them_unfinished() {
     // Callbacks after finalize are harmless.
     p.stop(step);
     p.stop(op);
-}
-
-#[test]
-fn init_works_after_every_communicator_was_finalized() {
-    let (p, _) = setup();
-    for _ in 0..3 {
-        let c = new_comm(p, 0, 2);
-        allreduce(p, &c, 1, 100);
-        assert_eq!(sum_transfers(&finalize(p, &c)), 1);
-    }
 }
 
 #[test]

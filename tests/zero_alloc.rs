@@ -1,14 +1,17 @@
 //! The hot path allocates nothing: 1,000,000 start/state/stop callbacks through the exported table,
 //! counted by a global allocator that watches only the calling thread.
 
-mod emulator;
+#[path = "support"]
+mod support {
+    pub mod emulator;
+}
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use emulator::{H, Plugin, pid, ty};
+use support::emulator::{self, H, Plugin, pid, ty};
 
 struct Counting;
 

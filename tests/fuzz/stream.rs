@@ -1,6 +1,6 @@
 //! Arbitrary NCCL callback streams decoded from bytes and run through the real exported
 //! `ncclProfiler_v1` … `ncclProfiler_v7` table (one per run, as NCCL uses one per process), with
-//! every invariant of issue 5 checked on the way and an exact account
+//! every robustness invariant of docs/reliability.md checked on the way and an exact account
 //! kept of what happened to each callback.
 //!
 //! Shared by the property-test fuzzer (`tests/fuzz_callbacks.rs`: several threads run their own

@@ -5,17 +5,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::emulator::Late;
-use crate::export_support as sx;
-use crate::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
-use crate::prom_support::server::{Row, Server};
-use crate::prom_support::{self, Expect, dashboard};
+use crate::support::emulator::Late;
+use crate::support::export as sx;
+use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+use crate::support::prom::server::{Row, Server};
+use crate::support::prom::{self, Expect, dashboard};
 use crate::{RULES, STEP_SECS, Scenario};
 
 /// The plugin's `service.instance.id`, the `instance` label of its series.
 fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
     let resource = reqs[0].resource_metrics[0].resource.as_ref().expect("a resource");
-    prom_support::attr(&resource.attributes, "service.instance.id").expect("service.instance.id")
+    prom::attr(&resource.attributes, "service.instance.id").expect("service.instance.id")
 }
 
 /// The Prometheus rules on each scenario's series.
@@ -26,12 +26,12 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
         let to = scenarios.get(i + 1).map(|n| n.from);
         let own: Vec<ExportMetricsServiceRequest> = reqs
             .iter()
-            .filter(|r| prom_support::collected(r) >= s.from && to.is_none_or(|to| prom_support::collected(r) < to))
+            .filter(|r| prom::collected(r) >= s.from && to.is_none_or(|to| prom::collected(r) < to))
             .cloned()
             .collect();
         let hash = format!("{:#x}", s.hash);
-        let series = prom_support::series(&own, |attrs| {
-            prom_support::attr(attrs, "nccl.comm.hash").as_deref() == Some(hash.as_str())
+        let series = prom::series(&own, |attrs| {
+            prom::attr(attrs, "nccl.comm.hash").as_deref() == Some(hash.as_str())
         });
         let last = own.len().saturating_sub(1);
         let comm = |extra: &[(&str, &str)]| {
@@ -125,7 +125,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             _ => all_silent(last / 2).chain(all_silent(last)).collect(),
         };
         eprintln!("{}: {} exports, {} series", s.name, own.len(), series.len());
-        prom_support::test_case(&mut yaml, s.name, STEP_SECS, &series, &expect);
+        prom::test_case(&mut yaml, s.name, STEP_SECS, &series, &expect);
     }
     let file = std::env::temp_dir().join(format!("nccl-otel-rules-test-{}.yml", std::process::id()));
     std::fs::write(&file, &yaml).unwrap();
@@ -255,7 +255,7 @@ pub fn server(
     if !have_prometheus() {
         return;
     }
-    let server = Server::start(&prom_support::openmetrics(reqs), Path::new(RULES)).unwrap_or_else(|e| panic!("{e}"));
+    let server = Server::start(&prom::openmetrics(reqs), Path::new(RULES)).unwrap_or_else(|e| panic!("{e}"));
     let fail = |what: String| -> ! { panic!("{what}\nprometheus log:\n{}", server.log()) };
     let hex = |h: u64| format!("{h:#x}");
     let (slow, stalled, healthy) = (hex(slow), hex(stalled), hex(scenarios[0].hash));
@@ -304,7 +304,7 @@ pub fn server(
     let stuck_at = reqs
         .iter()
         .filter(|r| series_at(r, "nccl.progress.hang.stuck") > 0.0)
-        .map(prom_support::collected)
+        .map(prom::collected)
         .next()
         .expect("an export during the stall");
     for (alert, label, value) in [("NcclHang", "nccl_peer", "1"), ("NcclRankStuck", "nccl_rank", "1")] {
@@ -439,7 +439,7 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
 fn known_names() -> BTreeSet<String> {
     let mut known = BTreeSet::new();
     for (name, instrument, unit, keys) in sx::catalogue() {
-        known.extend(prom_support::series_names(&name, &instrument, &unit));
+        known.extend(prom::series_names(&name, &instrument, &unit));
         known.extend(sx::expand(&keys).iter().map(|k| k.replace('.', "_")));
     }
     known

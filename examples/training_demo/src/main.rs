@@ -9,9 +9,9 @@
 //! plugin's regression (`MIN` mode unless set), where the slow link stands out. No collector or
 //! GPU needed.
 
-#[path = "../../../tests/emulator/mod.rs"]
+#[path = "../../../tests/support/emulator/mod.rs"]
 mod emulator;
-#[path = "../../../tests/otlp_receiver/mod.rs"]
+#[path = "../../../tests/support/otlp_receiver.rs"]
 mod otlp_receiver;
 
 use std::collections::BTreeMap;

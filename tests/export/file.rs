@@ -1,18 +1,15 @@
 //! The embedded exporters: `file` writes OTLP-JSON lines (one `ExportMetricsServiceRequest` per
 //! line, the protobuf JSON mapping the Collector's otlpjsonfile receiver reads) to a per-process
-//! path; `stdout` writes the same lines to standard output. This binary also runs with delta
+//! path; `stdout` writes the same lines to standard output. The file case also runs with delta
 //! temporality and a tiny cardinality limit, to check both.
-
-mod emulator;
-mod export_support;
-mod otlp_receiver;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use emulator::{H, Plugin};
-use export_support as sx;
-use otlp_receiver::{ExportMetricsServiceRequest, kind, metrics, points};
+use crate::support::emulator::{H, Plugin};
+use crate::support::export as sx;
+use crate::support::otlp_receiver::{ExportMetricsServiceRequest, kind, metrics, points};
+use crate::support::process;
 use prost::Message as _;
 
 const CHILD: &str = "EXPORT_FILE_CHILD";
@@ -40,13 +37,13 @@ fn decode(text: &str) -> Vec<ExportMetricsServiceRequest> {
 
 #[test]
 fn file_round_trip_with_delta_and_overflow() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::own_process(module_path!(), "file_round_trip_with_delta_and_overflow") else {
         return;
-    }
+    };
     let dir = dir();
     let pattern = dir.join("nccl-otel-%h-%p.jsonl");
     let limit = LIMIT.to_string();
-    // SAFETY: the first thing the only in-process test of this binary does.
+    // SAFETY: the first thing this process, which runs this test alone (`own_process`), does.
     unsafe {
         sx::base_env(&[
             ("NCCL_PROFILER_OTEL_EXPORTER", "file"),
@@ -149,12 +146,12 @@ fn file_round_trip_with_delta_and_overflow() {
 
 #[test]
 fn stdout_writes_the_same_json_lines() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let out = sx::child("stdout_child", CHILD, "stdout")
+    };
+    let out = process::child(module_path!(), "stdout_child", CHILD, "stdout")
         .env("NCCL_PROFILER_OTEL_EXPORTER", "stdout")
-        // What the other test of this binary may have set.
+        // What the environment this process inherited may carry.
         .env_remove("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")
         .env_remove("NCCL_PROFILER_OTEL_CARDINALITY_LIMIT")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")

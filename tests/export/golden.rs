@@ -1,4 +1,4 @@
-//! Golden export: the scripted workload of `export_support` through the real exported table,
+//! Golden export: the scripted workload of `support::export` through the real exported table,
 //! exported over OTLP/HTTP to an in-test receiver, decoded with the official OTLP types and
 //! compared line by line with `tests/golden/export.txt` (recorded before the module layout
 //! changed, so a pure move cannot change what users receive).
@@ -7,20 +7,16 @@
 //! histogram counts, and the sums and bucket counts of every non-duration histogram. Values the
 //! host's timing decides (durations, fitted gauges, windows and requests per run) are shown as
 //! `~` and checked instead against the workload's truth within the export tests' tolerances
-//! (`export_support::check`).
+//! (`support::export::check`).
 //!
-//! `GOLDEN_UPDATE=1 cargo test --test export_golden` rewrites the file.
-
-mod emulator;
-mod export_support;
-mod otlp_receiver;
+//! `GOLDEN_UPDATE=1 cargo test --test export golden::` rewrites the file.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use emulator::Plugin;
-use export_support as sx;
-use otlp_receiver::{ExportMetricsServiceRequest, Receiver, find, kind, metrics, points, resource};
+use crate::support::emulator::Plugin;
+use crate::support::export as sx;
+use crate::support::otlp_receiver::{ExportMetricsServiceRequest, Receiver, find, kind, metrics, points, resource};
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/export.txt");
 
@@ -77,9 +73,12 @@ fn canonical(reqs: &[ExportMetricsServiceRequest]) -> String {
 
 #[test]
 fn scripted_workload_exports_what_was_recorded() {
+    let Some(_serial) = sx::own_process(module_path!(), "scripted_workload_exports_what_was_recorded") else {
+        return;
+    };
     let rx = Receiver::start();
     let endpoint = rx.endpoint();
-    // SAFETY: the only test of this binary; nothing else touches the environment.
+    // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.
     unsafe { sx::base_env(&[("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.as_str())]) };
     let p = Plugin::in_process();
     let (reqs, _) = sx::finalized_workload(&p, &rx, 0x601D_0001, "golden");

@@ -1,4 +1,4 @@
-//! Shared by the `export_*` tests: a scripted workload driven through the real exported table,
+//! Shared by the export tests (`tests/export/`): a scripted workload driven through the real exported table,
 //! its ground truth, and the checks of what a receiver decoded against it.
 //!
 //! The workload on one communicator (rank 0 of 4):
@@ -12,16 +12,35 @@
 //!
 //! Every step's SendWait → stop time is spun to `LATENCY + bytes / BANDWIDTH`.
 //!
-//! Also [`child`]: a test that needs a fresh process (the configuration is read once per process)
-//! runs this test binary again.
+//! Also [`run_child`], the workload of a child process (`super::process::child`), and [`SERIAL`]:
+//! the export tests run one at a time.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use super::emulator::{self, H, Plugin, ty};
 use super::otlp_receiver::{self as rx, ExportMetricsServiceRequest, Point};
+use super::process;
+use parking_lot::{Mutex, MutexGuard};
+
+/// Taken by every export test: the callback and flush bounds assume that no other test's threads
+/// or child processes share the machine's (two) cores.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The start of an export test: [`SERIAL`] taken; `None` in a child process of another test
+/// (`process::child`), where the test does nothing.
+pub fn serial() -> Option<MutexGuard<'static, ()>> {
+    (!process::is_child()).then(|| SERIAL.lock())
+}
+
+/// The start of an export test that configures the in-process plugin (read once per process):
+/// [`serial`], then test `name` of `module` runs in a process of its own. `Some` in that process,
+/// which runs the test's body; `None` in the process that waited for it.
+pub fn own_process(module: &str, name: &str) -> Option<MutexGuard<'static, ()>> {
+    let serial = serial()?;
+    process::own_process(module, name).then_some(serial)
+}
 
 pub const COLLS: u64 = 12;
 pub const P2PS: u64 = 4;
@@ -216,16 +235,7 @@ pub fn latest(reqs: &[ExportMetricsServiceRequest], name: &str, attrs: &BTreeMap
         .find_map(|m| rx::points(m).into_iter().find(|p| &p.attrs == attrs))
 }
 
-/// This test binary again, running only its ignored test `test`, with `var` = `case` telling it
-/// which case to run.
-pub fn child(test: &str, var: &str, case: &str) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--ignored", "--test-threads=1", "--nocapture"])
-        .env(var, case);
-    cmd
-}
-
-/// The body of a child-process test started by [`child`]: when `var` is `case`, drives
+/// The body of a child-process test started by `super::process::child`: when `var` is `case`, drives
 /// [`workload`] (`hash`, `name`) through the in-process plugin, finalizes it and returns `true`;
 /// in any other process (the parent's own run of the test) does nothing and returns `false`.
 pub fn run_child(var: &str, case: &str, hash: u64, name: &'static str) -> bool {

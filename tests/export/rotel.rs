@@ -5,20 +5,17 @@
 //! `service.instance.id` and the point's attributes).
 //!
 //! Ignored by default: `.ci/export-interop.sh` installs rotel and runs
-//! `ROTEL_AGENT=/path/to/rotel-agent cargo test --test export_rotel -- --ignored`.
-
-mod emulator;
-mod export_support;
-mod otlp_receiver;
+//! `ROTEL_AGENT=/path/to/rotel-agent cargo test --test export -- --ignored rotel::`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use emulator::Plugin;
-use export_support as sx;
-use otlp_receiver::{ExportMetricsServiceRequest, Receiver, attrs, points, resource};
+use crate::support::emulator::Plugin;
+use crate::support::export as sx;
+use crate::support::otlp_receiver::{ExportMetricsServiceRequest, Receiver, attrs, points, resource};
+use crate::support::process;
 
 /// Environment variable telling a re-executed test binary to run the second process's workload.
 const CHILD: &str = "EXPORT_ROTEL_CHILD";
@@ -71,6 +68,9 @@ fn second_process() {
 #[test]
 #[ignore = "needs rotel-agent: run through .ci/export-interop.sh"]
 fn metrics_arrive_intact_through_rotel() {
+    let Some(_serial) = sx::own_process(module_path!(), "metrics_arrive_intact_through_rotel") else {
+        return;
+    };
     let agent = std::env::var("ROTEL_AGENT").expect("set ROTEL_AGENT to the rotel-agent binary");
     let rx = Receiver::start();
     let (grpc_port, http_port) = (free_port(), free_port());
@@ -100,7 +100,7 @@ fn metrics_arrive_intact_through_rotel() {
     }
 
     let endpoint = format!("http://127.0.0.1:{http_port}");
-    // SAFETY: the only test of this binary; nothing else touches the environment.
+    // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.
     unsafe {
         sx::base_env(&[
             ("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.as_str()),
@@ -116,7 +116,9 @@ fn metrics_arrive_intact_through_rotel() {
         "export to rotel failed"
     );
     // A second process (same service.name, same job) through the same collector.
-    let out = sx::child("second_process", CHILD, "second").output().unwrap();
+    let out = process::child(module_path!(), "second_process", CHILD, "second")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     let truth2 = sx::Truth {
         hash: 0x2073_0002,

@@ -1,9 +1,8 @@
-//! ABI facts of the NCCL profiler plugin interface (shared/nccl-profiler-api.md, sections 2.1-2.9),
+//! ABI facts of the NCCL profiler plugin interface (spec sections 2.1-2.9),
 //! checked against the bindgen types in `nccl_profiler_otel::bindings`. Every size and offset the
 //! spec lists for v1 to v7 (sections 2.4–2.9, 7.2) appears here; offsets are from the start of
 //! the descriptor.
 //! x86_64 / LP64 only, like the spec's numbers.
-#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
 use std::mem::{align_of, offset_of, size_of};
 

@@ -13,26 +13,30 @@
 //!   the delays the emulator imposed; rank 2 itself waits least;
 //! - (c) the link 1 → 2 is 4 times slower than the others.
 //!
-//! Then the exports of each scenario become Prometheus series (`prom_support`) and `promtool test
+//! Then the exports of each scenario become Prometheus series (`support::prom`) and `promtool test
 //! rules` checks `docs/prometheus/nccl-rules.yml` on them: the alerts fire for (a)–(c) with the
 //! right labels and stay silent for (d). Without `promtool` that part is skipped with a message,
 //! unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
 
-mod emulator;
-mod export_support;
-mod otlp_receiver;
-mod prom_support;
-#[path = "signals/prometheus.rs"]
+#[path = "../support"]
+mod support {
+    pub mod emulator;
+    pub mod export;
+    pub mod otlp_receiver;
+    pub mod process;
+    pub mod prom;
+}
+
 mod prometheus;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use emulator::release::{self, Release};
-use emulator::{Call, CommSpec, Late, Link, Network, Plugin, Report, Stall, Workload, logger};
-use export_support as sx;
-use otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+use support::emulator::release::{self, Release};
+use support::emulator::{Call, CommSpec, Late, Link, Network, Plugin, Report, Stall, Workload, logger};
+use support::export as sx;
+use support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
 
 const INTERVAL: f64 = 0.25;
 const THRESHOLD: f64 = 1.0;
@@ -305,7 +309,7 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
 }
 
 /// docs/prometheus.md lists every metric of docs/metrics.md's catalogue with the names Prometheus
-/// gives its series (the translation of tests/prom_support), and nothing else.
+/// gives its series (the translation of `support::prom`), and nothing else.
 #[test]
 fn prometheus_md_lists_every_translated_name() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus.md");
@@ -313,7 +317,7 @@ fn prometheus_md_lists_every_translated_name() {
     let rows: Vec<String> = sx::catalogue()
         .iter()
         .map(|(name, instrument, unit, _)| {
-            let series: Vec<String> = prom_support::series_names(name, instrument, unit)
+            let series: Vec<String> = support::prom::series_names(name, instrument, unit)
                 .iter()
                 .map(|s| format!("`{s}`"))
                 .collect();

@@ -1,8 +1,10 @@
 //! Lifecycle: communicators created and finalized in waves from several threads with events in
 //! flight, slot reuse through a full generation wrap, `init` after the last `finalize`, unload and
-//! reload of the built library, and a job started with every variable set to a bad value.
+//! reload of the built library, and a job started with every variable set to a bad value. Two
+//! modules run in processes of their own (`support::process`): `disabled` (`ENABLE=0`) and
+//! `telemetry_idle` (no wake-ups while no communicator is live).
 //!
-//! Every test here first runs [`setup`]: the in-process plugin's first `init` runs on defaults
+//! Every other test here first runs [`setup`]: the in-process plugin's first `init` runs on defaults
 //! (window capacity 100,000: real page use) with export off; then the built library, loaded like
 //! NCCL loads it, starts with every variable of [`VARS`] bad, and what it logged is kept for
 //! [`bad_configuration_end_to_end`]. Tests take [`SERIAL`]: they measure process-wide RSS and
@@ -12,14 +14,20 @@
 //! sanitizer (`SANITIZER` set by `.ci/sanitizers.sh`) the RSS bound is reported, not asserted
 //! (shadow memory and ASan's quarantine are not the plugin's).
 
-mod emulator;
+#[path = "../support"]
+mod support {
+    pub mod emulator;
+    pub mod process;
+}
+
+mod disabled;
+mod telemetry_idle;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use emulator::{H, Plugin, logger, pid, rss, ty};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::{self, Config};
@@ -27,8 +35,9 @@ use nccl_profiler_otel::record::handle::{Context, GEN_MASK};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use parking_lot::{Mutex, MutexGuard};
+use support::emulator::{self, H, Plugin, logger, pid, rss, ty};
 
-/// What a variable accepts, which decides the bad values it is given.
+/// What a variable accepts; the end-to-end check reads whether its values are secret or free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Bool,
@@ -84,61 +93,11 @@ const VARS: &[(&str, Kind, Option<&str>)] = &[
     (config::otel::HISTOGRAM_AGGREGATION, Kind::Word, Some("exponential")),
 ];
 
-/// Values no variable of a kind accepts (except [`Kind::PathPattern`] and [`Kind::Free`]):
-/// negative, huge, non-numeric, malformed.
-const BAD: &[&str] = &[
-    "-1",
-    "-0.5",
-    "-99999999999",
-    "99999999999999999999999999",
-    "1e999",
-    "18446744073709551616",
-    "abc",
-    "NaN",
-    "inf",
-    "true?",
-    "\u{fffd}",
-    "0x",
-    "1.2.3",
-    "5 s",
-    "0x1G",
-    "--1",
-    "1,5",
-    "\u{bd}",
-];
-
-/// Extra bad values per kind.
-fn bad_values(kind: Kind) -> Vec<String> {
-    let mut v: Vec<String> = match kind {
-        Kind::PathPattern | Kind::Free => Vec::new(),
-        _ => BAD.iter().map(|s| s.to_string()).collect(),
-    };
-    let extra: &[&str] = match kind {
-        Kind::Bool => &["2", "yess", "enable"],
-        Kind::Number => &["0x-1", "+-3", "1_000"],
-        Kind::Word => &["AVG;MIN", "otlp,file", "nonexistent"],
-        Kind::Url => &[
-            "localhost:4318",
-            "ftp://host",
-            "http://",
-            "http://h:port",
-            "http://a b",
-            "http://[::1",
-        ],
-        Kind::SecretPairs | Kind::Pairs => &["novalue", "=v", "k=%zz", "a b=c"],
-        Kind::PathPattern => &["%x", "out-%", "%d.jsonl", "a%%%q"],
-        Kind::Free => &[],
-    };
-    v.extend(extra.iter().map(|s| s.to_string()));
-    if kind != Kind::PathPattern && kind != Kind::Free {
-        v.push("9".repeat(10_000)); // huge
-    }
-    v
-}
-
 /// RSS may exceed the post-warm-up baseline by this much after 1,000 communicators.
 const RSS_BOUND: u64 = 16 << 20;
 
+/// Taken by every test: they measure process-wide RSS and threads, and `telemetry_idle`'s own
+/// process times its thread's wake-ups.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Records delivered to sinks, per communicator hash of interest.
@@ -607,53 +566,6 @@ fn every_variable_has_a_row() {
     for (name, ..) in VARS {
         assert!(read.contains(name), "{name} is no longer read: remove its row");
     }
-}
-
-/// Pure: each variable alone, given each bad value of its kind, yields exactly one warning naming
-/// the variable (and the value, unless it is a secret), and the default configuration; so does an
-/// empty or blank value.
-#[test]
-fn bad_values_warn_once_and_keep_the_default() {
-    let _serial = SERIAL.lock(); // no test may end while another counts threads
-    let default = Config::from_lookup(|_| None).0;
-    let mut checked = 0;
-    for &(name, kind, _) in VARS {
-        for value in ["", "  ", "\t"] {
-            let (config, warnings) = Config::from_lookup(|n| (n == name).then(|| value.to_owned()));
-            assert_eq!(config, default, "{name}={value:?}");
-            assert_eq!(warnings.len(), 1, "{name}={value:?}: one warning, got {warnings:?}");
-            let w = &warnings[0];
-            assert!(w.starts_with(&format!("{name}='' is empty; ")), "{w}");
-            assert!(w.contains("using default ") || w.contains("ignoring it"), "{w}");
-        }
-        for value in bad_values(kind) {
-            let (config, warnings) = Config::from_lookup(|n| (n == name).then(|| value.clone()));
-            let shown = if value.len() > 40 { &value[..40] } else { &value };
-            assert_eq!(config, default, "{name}={shown:?} must give the default configuration");
-            assert_eq!(warnings.len(), 1, "{name}={shown:?}: one warning, got {warnings:?}");
-            let w = &warnings[0];
-            assert!(w.starts_with(&format!("{name}=")), "names the variable: {w}");
-            assert!(
-                w.contains("using default ") || w.contains("ignoring it"),
-                "says what is used: {w}"
-            );
-            if kind == Kind::SecretPairs {
-                let v = value.trim();
-                let echoed = w.contains(&format!("'{v}'")) || v.len() >= 4 && w.contains(v);
-                assert!(!echoed, "a secret is never echoed: {w}");
-            } else {
-                assert!(w.contains(&format!("='{}'", value.trim())), "names the value: {w}");
-            }
-            checked += 1;
-        }
-        if kind == Kind::Free {
-            for value in ["x".repeat(10_000), "\u{1}\u{7f}".to_owned(), "-1".to_owned()] {
-                let (_, warnings) = Config::from_lookup(|n| (n == name).then(|| value.clone()));
-                assert!(warnings.is_empty(), "{name} accepts any string");
-            }
-        }
-    }
-    assert!(checked > 400, "{checked} bad values checked");
 }
 
 /// End to end through the built library and NCCL's logger: every variable bad, `init` succeeds

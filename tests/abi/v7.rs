@@ -4,19 +4,15 @@
 //! both reach the OTLP export (`nccl.user_tag`, `nccl.kernel.phase.duration`), decoded with the
 //! official types from the `file` exporter's lines.
 
-mod emulator;
-mod export_support;
-mod otlp_receiver;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use emulator::release::{self, Release};
-use emulator::{Call, CommSpec, Func, Link, Network, Plugin, Proto, Version, Workload, mask};
+use crate::support::emulator::release::{self, Release};
+use crate::support::emulator::{Call, CommSpec, Func, Link, Network, Plugin, Proto, Version, Workload, mask};
+use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
 use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::telemetry::{self, Sink};
-use otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
 use parking_lot::Mutex;
 
 #[derive(Default)]
@@ -32,7 +28,8 @@ impl Sink for Capture {
 fn user_tags_and_kernel_phases_match_the_emulator() {
     release::set(Release::V2_31_2);
     let file = std::env::temp_dir().join(format!("nccl-otel-abi-v7-{}.jsonl", std::process::id()));
-    // SAFETY: the only test of this binary, before the first `init` reads the environment.
+    // SAFETY: the only test of this binary that runs the plugin (`layout` reads no environment),
+    // before the first `init` reads the environment.
     unsafe {
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.05");
         std::env::set_var("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1");
@@ -112,7 +109,7 @@ fn user_tags_and_kernel_phases_match_the_emulator() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    export_support::check_catalogue(&reqs);
+    crate::support::export::check_catalogue(&reqs);
     let mut exported: BTreeMap<(String, String), u64> = BTreeMap::new();
     for name in ["nccl.coll.bytes", "nccl.p2p.bytes"] {
         // Cumulative: the last export of a histogram holds every series.

@@ -1,9 +1,9 @@
 //! The NCCL host emulator: loads the profiler plugin and calls it the way NCCL 2.30 does
-//! (`/work/shared/nccl-profiler-api.md` sections 1, 3 and 4), with a modelled network whose
+//! (the NCCL profiler API, spec sections 1, 3 and 4), with a modelled network whose
 //! truth is known.
 //!
-//! One implementation, shared by the integration tests (`mod emulator;`), the examples and the
-//! benchmarks (`#[path = "../tests/emulator/mod.rs"] mod emulator;`).
+//! One implementation, shared by the integration tests (`support::emulator`), the examples and the
+//! benchmarks (`#[path = "../tests/support/emulator/mod.rs"] mod emulator;`).
 //!
 //! - [`plugin`]: [`Plugin::in_process`] (the table linked into this binary) or [`Plugin::load`]
 //!   (`dlopen(RTLD_NOW | RTLD_LOCAL)` of the built `.so`, symbols looked up v6 → v5 → v4 like

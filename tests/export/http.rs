@@ -5,27 +5,24 @@
 //! returns only once its data has arrived (and within its bound), and that `HTTP_PROXY` does not
 //! capture the loopback collector.
 
-mod emulator;
-mod export_support;
-mod otlp_receiver;
-
 use std::time::{Duration, Instant};
 
-use emulator::Plugin;
-use export_support as sx;
-use otlp_receiver::{Receiver, find, kind, metrics, resource};
+use crate::support::emulator::Plugin;
+use crate::support::export as sx;
+use crate::support::otlp_receiver::{Receiver, find, kind, metrics, resource};
+use crate::support::{otlp_receiver, process};
 
 /// Tells a re-executed test binary to run the `http/json` child.
 const CHILD: &str = "EXPORT_HTTP_CHILD";
 
 #[test]
 fn workload_arrives_with_the_documented_catalogue() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::own_process(module_path!(), "workload_arrives_with_the_documented_catalogue") else {
         return;
-    }
+    };
     let rx = Receiver::start();
     let endpoint = rx.endpoint();
-    // SAFETY: the only test of this binary; nothing else touches the environment.
+    // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.
     unsafe {
         sx::base_env(&[
             ("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.as_str()),
@@ -130,15 +127,15 @@ fn workload_arrives_with_the_documented_catalogue() {
 
 #[test]
 fn http_json_protocol() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
+    };
     let rx = Receiver::start();
-    let out = sx::child("http_json_child", CHILD, "json")
+    let out = process::child(module_path!(), "http_json_child", CHILD, "json")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint())
         .env("OTEL_EXPORTER_OTLP_COMPRESSION", "none")
-        // The other test of this binary may have set ours, which would win.
+        // An inherited one would win over ours.
         .env_remove("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")
         .env("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN")
@@ -176,11 +173,11 @@ fn http_json_child() {
 /// per-transfer histograms, and nothing else.
 #[test]
 fn exponential_histograms_and_a_dropped_family() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
+    };
     let rx = Receiver::start();
-    let out = sx::child("exponential_child", CHILD, "exponential")
+    let out = process::child(module_path!(), "exponential_child", CHILD, "exponential")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", rx.endpoint())
         .env(
             "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",

@@ -12,20 +12,16 @@
 //! last `finalize` waits for a hung collector; `finalize` from an atexit handler that runs after
 //! the plugin's exit flush; 40 forks while callbacks, windows and export are busy.
 
-mod emulator;
-mod export_support;
-mod otlp_receiver;
-
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use emulator::{H, Plugin, ty};
-use export_support as sx;
+use crate::support::emulator::{H, Plugin, ty};
+use crate::support::export as sx;
+use crate::support::otlp_receiver::{Fault, Receiver, find, points};
+use crate::support::{emulator, otlp_receiver, process};
 use nccl_profiler_otel::export;
-use otlp_receiver::{Fault, Receiver, find, points};
-use parking_lot::Mutex;
 
 const TIMEOUT_MS: u64 = 300;
 const QUEUE: u64 = 2;
@@ -36,9 +32,6 @@ const FLUSH_BOUND: Duration = Duration::from_millis(TIMEOUT_MS + 250 + 400);
 const CALLBACK_BOUND: Duration = Duration::from_millis(50);
 /// Environment variable telling a re-executed test binary which child scenario to run.
 const CHILD: &str = "EXPORT_FAULTS_CHILD";
-/// One test at a time: the callback and flush bounds assume no other test's threads or child
-/// processes share the machine's (two) cores.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn env(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
@@ -107,13 +100,11 @@ fn export_log_lines(from: usize) -> Vec<String> {
 
 #[test]
 fn faulty_collector_never_harms_the_job() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::own_process(module_path!(), "faulty_collector_never_harms_the_job") else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
-    // SAFETY: the other tests of this binary only spawn processes and never read the environment
-    // through the plugin; this is the first thing this test does.
+    // SAFETY: this process runs this test alone; this is the first thing it does.
     unsafe {
         for (k, v) in env(&rx.endpoint()) {
             std::env::set_var(k, v);
@@ -370,7 +361,7 @@ fn run_child(scenario: &str, endpoint: &str, extra: &[(&str, String)]) -> ChildR
     ));
     let err = std::fs::File::create(&err_path).unwrap();
     #[allow(clippy::zombie_processes)] // `reap` waits for it by pid (and kills it if it hangs)
-    let child = sx::child("child_scenario", CHILD, scenario)
+    let child = process::child(module_path!(), "child_scenario", CHILD, scenario)
         .envs(env(endpoint))
         .envs(extra.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -401,10 +392,9 @@ fn run_child(scenario: &str, endpoint: &str, extra: &[(&str, String)]) -> ChildR
 
 #[test]
 fn exit_without_finalize_flushes() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("exit", &rx.endpoint(), &[]);
     run.assert_exited(0);
@@ -423,10 +413,9 @@ fn exit_without_finalize_flushes() {
 
 #[test]
 fn exit_with_a_hung_collector_is_bounded() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let run = run_child("exit", &rx.endpoint(), &[]);
@@ -445,10 +434,9 @@ fn exit_with_a_hung_collector_is_bounded() {
 /// looked healthy), its request fails at the timeout, and the exit flush then does not wait again.
 #[test]
 fn finalize_then_exit_with_a_hung_collector_waits_once() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let timeout: u64 = 3000;
@@ -512,10 +500,9 @@ fn assert_last_words(reqs: &[otlp_receiver::ExportMetricsServiceRequest]) {
 
 #[test]
 fn exit_from_a_callback_thread_flushes() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("exit-mid-stream", &rx.endpoint(), &healthy_env());
     run.assert_exited(EXITED);
@@ -537,10 +524,9 @@ fn exit_from_a_callback_thread_flushes() {
 
 #[test]
 fn exit_from_a_callback_thread_with_a_hung_collector_is_bounded() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let run = run_child("exit-mid-stream", &rx.endpoint(), &[]);
@@ -556,10 +542,9 @@ fn exit_from_a_callback_thread_with_a_hung_collector_is_bounded() {
 
 #[test]
 fn exit_while_the_last_finalize_waits_for_a_hung_collector_is_bounded() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     // No interval export before the last finalize: the collector still counts as healthy, so
@@ -574,10 +559,9 @@ fn exit_while_the_last_finalize_waits_for_a_hung_collector_is_bounded() {
 
 #[test]
 fn finalize_from_a_later_atexit_handler_works_after_the_exit_flush() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("exit-then-late-finalize", &rx.endpoint(), &healthy_env());
     run.assert_exited(EXITED);
@@ -628,10 +612,9 @@ fn fork_env(timeout_ms: u64) -> Vec<(&'static str, String)> {
 
 #[test]
 fn fork_while_callbacks_and_export_run_leaves_the_child_inert() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     let run = run_child("fork-busy", &rx.endpoint(), &fork_env(HEALTHY_TIMEOUT_MS));
     run.assert_exited(0);
@@ -655,10 +638,9 @@ fn fork_while_callbacks_and_export_run_leaves_the_child_inert() {
 
 #[test]
 fn fork_while_the_exporter_hangs_leaves_the_child_inert() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
     let run = run_child("fork-busy", &rx.endpoint(), &fork_env(TIMEOUT_MS));
@@ -997,10 +979,9 @@ fn slow_proxy(upstream: &str, delay: Duration) -> String {
 /// of returning as if the dropped one had been exported.
 #[test]
 fn exit_flush_waits_for_a_slow_but_healthy_collector() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
-    let _serial = SERIAL.lock();
+    };
     let rx = Receiver::start();
     // Every answer 400 ms late, within the 1 s timeout: slow, never failing.
     let slow = slow_proxy(&rx.endpoint(), Duration::from_millis(400));

@@ -10,21 +10,17 @@
 //! The configuration is read once per process, so each case runs the workload in a child process
 //! (this binary again, [`CHILD`] naming the case) against a receiver in the parent.
 //!
-//! Run with `cargo test --features grpc,tls --test export_tls`.
-#![cfg(feature = "tls")]
-
-mod emulator;
-mod export_support;
-mod otlp_receiver;
+//! Run with `cargo test --features grpc,tls --test export tls::`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use emulator::Plugin;
-use export_support as sx;
+use crate::support::emulator::Plugin;
+use crate::support::export as sx;
+use crate::support::otlp_receiver::Receiver;
+use crate::support::{emulator, process};
 use nccl_profiler_otel::config::otel;
 use nccl_profiler_otel::export;
-use otlp_receiver::Receiver;
 
 /// Environment variable telling a re-executed test binary which case its child runs.
 const CHILD: &str = "EXPORT_TLS_CHILD";
@@ -95,7 +91,7 @@ impl Drop for Scratch {
 /// Runs the child `case` exporting to `endpoint` over `protocol`, with `vars` set and the
 /// certificate variables otherwise unset; asserts it passed.
 fn run_child(case: &str, protocol: &str, endpoint: &str, vars: &[(&str, &str)]) {
-    let mut cmd = sx::child("child", CHILD, case);
+    let mut cmd = process::child(module_path!(), "child", CHILD, case);
     cmd.env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint)
         .env("NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS", TIMEOUT_MS.to_string())
@@ -145,9 +141,9 @@ fn trusted_only_with_the_ca(rx: &Receiver, protocol: &str, endpoint: &str, ca: &
 
 #[test]
 fn http_protobuf_over_tls() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
+    };
     let pki = Pki::new();
     let ca = Scratch::new("http-ca.pem", &pki.ca_pem);
     let rx = Receiver::start_tls(&pki.cert_pem, &pki.key_pem);
@@ -160,9 +156,9 @@ fn http_protobuf_over_tls() {
 
 #[test]
 fn plain_http_needs_no_system_roots() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
+    };
     let rx = Receiver::start();
     let empty = Scratch::new("plain-empty", "");
     run_child("trusted", "http/protobuf", &rx.endpoint(), &no_system_roots(&empty));
@@ -174,9 +170,9 @@ fn plain_http_needs_no_system_roots() {
 #[test]
 #[cfg(feature = "grpc")]
 fn grpc_over_tls() {
-    if std::env::var_os(CHILD).is_some() {
+    let Some(_serial) = sx::serial() else {
         return;
-    }
+    };
     let pki = Pki::new();
     let ca = Scratch::new("grpc-ca.pem", &pki.ca_pem);
     let rx = Receiver::start_grpc_tls(&pki.cert_pem, &pki.key_pem);

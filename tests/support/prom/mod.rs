@@ -22,7 +22,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric, number_data_point};
 
-use crate::otlp_receiver as rx;
+use super::otlp_receiver as rx;
 
 /// A series' samples, one per step (`None`: no sample then).
 pub type Series = BTreeMap<String, Vec<Option<f64>>>;

@@ -1,13 +1,16 @@
 //! `NCCL_PROFILER_OTEL_ENABLE=0`: `init` succeeds with a NULL context and leaves the activation
 //! mask 0, so NCCL starts no events; every callback tolerates the NULL context NCCL then passes.
 
-mod emulator;
-
-use emulator::{H, Plugin, pid, ty};
+use crate::support::emulator::{H, Plugin, pid, ty};
+use crate::support::process;
 
 #[test]
 fn disabled_means_success_with_a_null_context() {
-    // SAFETY: the only test in this binary; set before the plugin reads its configuration.
+    let _serial = crate::SERIAL.lock();
+    if !process::own_process(module_path!(), "disabled_means_success_with_a_null_context") {
+        return;
+    }
+    // SAFETY: this process runs this test alone; set before the plugin reads its configuration.
     unsafe { std::env::set_var("NCCL_PROFILER_OTEL_ENABLE", "0") };
     let p = Plugin::in_process();
     let (c, mask) = p.init(Some("off"), 0x0FF, 1, 2, 0);

@@ -1,13 +1,13 @@
-//! The telemetry thread makes no wake-ups while no communicator is live (issue 13: cores pinned
-//! for training must see no jitter from an idle plugin), and resumes its ticks at the next
-//! `init`. A process of its own: no other test's communicators may be live meanwhile.
-
-mod emulator;
+//! The telemetry thread makes no wake-ups while no communicator is live (cores pinned for
+//! training must see no jitter from an idle plugin), and resumes its ticks at the next `init`.
+//! A process of its own: no other test's communicators may be live meanwhile.
 
 use std::time::{Duration, Instant};
 
-use emulator::Plugin;
 use nccl_profiler_otel::telemetry;
+
+use crate::support::emulator::Plugin;
+use crate::support::process;
 
 /// Passes after `wait`, once the count stopped moving for a tick or two.
 fn passes_after(wait: Duration) -> u64 {
@@ -17,6 +17,13 @@ fn passes_after(wait: Duration) -> u64 {
 
 #[test]
 fn the_telemetry_thread_sleeps_while_no_communicator_is_live() {
+    let _serial = crate::SERIAL.lock();
+    if !process::own_process(
+        module_path!(),
+        "the_telemetry_thread_sleeps_while_no_communicator_is_live",
+    ) {
+        return;
+    }
     // SAFETY: set before the first `init` reads the environment; no other thread runs yet.
     unsafe { std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "none") };
     let plugin = Plugin::in_process();

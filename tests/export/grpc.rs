@@ -3,25 +3,23 @@
 //! `docs/metrics.md`; then an `UNAVAILABLE` collector (failures counted, data resumes) and a
 //! hung one (the last `finalize` stays within its bound).
 //!
-//! Run with `cargo test --features grpc --test export_grpc`.
-#![cfg(feature = "grpc")]
-
-mod emulator;
-mod export_support;
-mod otlp_receiver;
+//! Run with `cargo test --features grpc --test export grpc::`.
 
 use std::time::{Duration, Instant};
 
-use emulator::Plugin;
-use export_support as sx;
+use crate::support::emulator::Plugin;
+use crate::support::export as sx;
+use crate::support::otlp_receiver::{Fault, Receiver, resource};
 use nccl_profiler_otel::export;
-use otlp_receiver::{Fault, Receiver, resource};
 
 #[test]
 fn workload_arrives_over_grpc() {
+    let Some(_serial) = sx::own_process(module_path!(), "workload_arrives_over_grpc") else {
+        return;
+    };
     let rx = Receiver::start_grpc();
     let endpoint = rx.endpoint();
-    // SAFETY: the only test of this binary; nothing else touches the environment.
+    // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.
     unsafe {
         sx::base_env(&[
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
