@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libFuzzer under AddressSanitizer over arbitrary NCCL callback streams (issue 5): the cargo-fuzz
+# libFuzzer under AddressSanitizer over arbitrary NCCL callback streams: the cargo-fuzz
 # crate in tests/fuzz, target `callbacks` (bytes -> init/start/state/stop/finalize/poll through the
 # exported ncclProfiler_v1 … _v7 table the input picks, with exact accounting; see tests/fuzz/stream.rs).
 #
