@@ -9,18 +9,32 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod abi;
-pub mod activation;
-pub mod aggregate;
+/// Declares internal modules: private in the shipped library, public with the `testing` feature
+/// (the project's tests, benches and emulator reach into them).
+macro_rules! internal {
+    ($($m:ident),* $(,)?) => {$(
+        #[cfg(feature = "testing")]
+        pub mod $m;
+        #[cfg(not(feature = "testing"))]
+        mod $m;
+    )*};
+}
+
 pub mod bindings;
-pub mod buffer;
-pub mod clock;
-pub mod comm;
-pub mod config;
-pub mod export;
 pub mod ffi;
-pub mod nccl_log;
-pub mod nccl_version;
-pub mod record;
-pub mod stats;
-pub mod telemetry;
+
+internal!(
+    abi,
+    activation,
+    aggregate,
+    buffer,
+    clock,
+    comm,
+    config,
+    export,
+    nccl_log,
+    nccl_version,
+    record,
+    stats,
+    telemetry,
+);

@@ -13,7 +13,7 @@
 mod events;
 mod guard;
 mod lifecycle;
-pub mod tables;
+mod tables;
 
 pub use tables::{
     ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
