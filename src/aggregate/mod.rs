@@ -18,11 +18,11 @@ pub mod queue;
 pub mod regression;
 pub mod summary;
 
+#[cfg(any(test, feature = "testing"))]
 pub use crate::record::CommMeta;
 pub use flight::CommProgress;
 pub use link::{Lanes, Sealed, release, summarize};
 pub use open::{Frontier, OpenOps};
-pub use summary::{
-    ChannelGroup, CollGroup, CollKey, LinkGroup, OpSample, P2pGroup, Transfer, Waits, WindowId, WindowStats,
-    WindowSummary,
-};
+pub use summary::{OpSample, Transfer, WindowId, WindowSummary};
+#[cfg(any(test, feature = "testing"))]
+pub use summary::{LinkGroup, Waits, WindowStats};

@@ -296,6 +296,7 @@ impl OpenOps {
     }
 
     /// Operations held, waiting for late children.
+    #[cfg(any(test, feature = "testing"))]
     pub fn held(&self) -> usize {
         self.held.len()
     }

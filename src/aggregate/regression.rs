@@ -179,6 +179,7 @@ impl Samples {
     }
 
     /// Number of accepted samples.
+    #[cfg(any(test, feature = "testing"))]
     pub fn len(&self) -> u64 {
         self.moments.n
     }

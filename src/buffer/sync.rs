@@ -20,11 +20,6 @@ pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(nccl_loom))]
 impl<T> UnsafeCell<T> {
-    /// Wraps `value`.
-    pub const fn new(value: T) -> Self {
-        UnsafeCell(std::cell::UnsafeCell::new(value))
-    }
-
     /// Gives `f` a shared raw pointer to the content.
     pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
         f(self.0.get())

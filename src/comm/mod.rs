@@ -34,7 +34,9 @@ mod tests;
 
 #[cfg(test)]
 pub(crate) use registry::TESTS;
-pub use registry::{all, find_by_hash_tag, get, get_context, get_slot, register};
+#[cfg(any(test, feature = "testing"))]
+pub use registry::get;
+pub use registry::{all, find_by_hash_tag, get_context, get_slot, register};
 
 use std::time::Duration;
 

@@ -54,6 +54,7 @@ macro_rules! variables {
 
         /// Every `NCCL_*` variable read by [`Config::from_lookup`], in the order of their rows (the
         /// order [`Config::describe`] prints them).
+        #[cfg(any(test, feature = "testing"))]
         pub const ALL: [&str; VARS.len()] = [$($konst),*];
 
         /// Our variables, one row each, in the order they are read, printed and documented.
@@ -315,6 +316,7 @@ pub mod otel {
 }
 
 /// Every standard variable read by [`Config::from_lookup`].
+#[cfg(any(test, feature = "testing"))]
 pub const STANDARD: [&str; 16] = [
     otel::ENDPOINT,
     otel::METRICS_ENDPOINT,
@@ -335,6 +337,7 @@ pub const STANDARD: [&str; 16] = [
 ];
 
 /// Standard variables read by [`Config::from_lookup`] only in builds with the cargo feature `tls`.
+#[cfg(any(test, feature = "testing"))]
 pub const TLS_STANDARD: [&str; 2] = [otel::CERTIFICATE, otel::METRICS_CERTIFICATE];
 
 /// The documentation of standard variables that share a meaning (the general form and its

@@ -28,9 +28,12 @@ pub mod sender;
 pub mod tags;
 pub mod views;
 
-pub use catalogue::SIZE_BOUNDS;
-pub use queue::{ExportStats, stats};
-pub use resource::host_name;
+#[cfg(any(test, feature = "testing"))]
+pub use {
+    catalogue::SIZE_BOUNDS,
+    queue::{ExportStats, stats},
+    resource::host_name,
+};
 
 use crate::config::{self, Exporter, Temporality};
 use crate::telemetry::{self, Backend};

@@ -2,13 +2,13 @@
 //!
 //! One thread per process, started by the first `init` and never stopped (the library is linked
 //! `-z nodelete`, so it survives NCCL's `dlclose` and serves later `init`s), parked while no
-//! communicator is live (once the final totals were exported). Every [`TICK`], or at once when
-//! [`flush`] asks, it polls each communicator ([`crate::comm::Comm::poll`]): windows
-//! close on their count or time trigger, finished windows are summarised, and each summary goes to
-//! every registered [`Sink`] ([`sink`]) and straight to the export [`Pipeline`], which records it
-//! and, once per interval or on a flush, queues an export request. `finalize` hands its
-//! communicator's last windows to the same sinks and, through the [`inbox`], to the pipeline
-//! ([`deliver`]).
+//! communicator is live (once the final totals were exported). Every [`thread::TICK`], or at once
+//! when [`flush`] asks, it polls each communicator ([`crate::comm::Comm::poll`]): windows
+//! close on their count or time trigger, finished windows are summarised, and each summary goes
+//! straight to the export [`Pipeline`], which records it and, once per interval or on a flush,
+//! queues an export request. `finalize` hands its communicator's last windows to the pipeline
+//! through the [`inbox`] ([`deliver`]). With the `testing` feature, every summary also goes to the
+//! sinks tests register ([`sink`]).
 //!
 //! The export side is reached only through the traits here ([`Pipeline`], [`Delivery`]) and
 //! plain values ([`SelfTelemetry`]): `crate::export` depends on this module, never the reverse.
@@ -26,11 +26,15 @@ pub mod sink;
 pub mod thread;
 
 pub use crate::comm::DropCounts;
-pub use flush::{FLUSH_MARGIN, flush, flush_deadline, wake};
-pub use inbox::INBOX_CAPACITY;
-pub use process::{forked, running};
-pub use sink::{Sink, add_sink, deliver};
-pub use thread::{TICK, passes, start};
+pub use flush::{flush, flush_deadline, wake};
+pub use process::forked;
+pub use sink::deliver;
+pub use thread::start;
+#[cfg(any(test, feature = "testing"))]
+pub use {
+    sink::{Sink, add_sink},
+    thread::{TICK, passes},
+};
 
 use std::time::Instant;
 

@@ -5,10 +5,11 @@
 //! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush, once one
 //! interval's export made after the last communicator went has gone through (the final totals
 //! reach the collector; while it fails, every interval tries again).
-//! Called on: NCCL's init thread ([`start`]); any thread ([`passes`]).
+//! Called on: NCCL's init thread ([`start`]); any thread (`passes`, a test seam).
 #![forbid(unsafe_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+#[cfg(any(test, feature = "testing"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,9 +24,11 @@ use crate::{activation, clock, comm};
 pub const TICK: Duration = Duration::from_millis(10);
 
 /// Passes the thread made (wake-ups), for tests of its parking.
+#[cfg(any(test, feature = "testing"))]
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
 /// Passes the telemetry thread has made so far.
+#[cfg(any(test, feature = "testing"))]
 pub fn passes() -> u64 {
     PASSES.load(Ordering::Relaxed)
 }
@@ -72,6 +75,7 @@ fn run(build: Option<BuildPipeline>) {
             (false, _) => Some(TICK),
         };
         let request = flush::next_request(tick);
+        #[cfg(any(test, feature = "testing"))]
         PASSES.fetch_add(1, Ordering::Relaxed);
         let mut seq = None;
         let pass = catch_unwind(AssertUnwindSafe(|| {
