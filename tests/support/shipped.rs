@@ -1,0 +1,100 @@
+//! The shipped library: `libnccl_profiler_otel.so` as `cargo build --release --lib` makes it,
+//! which the tests that claim to drive what NCCL loads `dlopen`.
+//!
+//! The cdylib that `cargo test` builds next to the test executables is not that library: the
+//! tests' dev-dependency on this package turns its test seams on, and Cargo unifies features
+//! across the test build. So [`shipped_library`] builds the library once per test process with a
+//! nested cargo (the one running the tests), without dev-dependencies and so without test
+//! features, in the same target directory's `release` profile (a lock and outputs apart from the
+//! debug test build). A test executable built for an explicit `--target` (the sanitizer runs)
+//! builds it for that target too, so `RUSTFLAGS` reach neither build scripts nor proc macros.
+//!
+//! Called on: test threads; the build runs once, under a `OnceLock`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use super::emulator::Plugin;
+
+const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The target directory this executable was built in: `CARGO_TARGET_TMPDIR` is its `tmp`.
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is <target dir>/tmp")
+        .to_path_buf()
+}
+
+/// The `--target` triple this executable was built for, when one was given: its path is then
+/// `<target dir>/<triple>/<profile>/deps/<name>` instead of `<target dir>/<profile>/deps/<name>`.
+fn explicit_target(target_dir: &Path) -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
+    let above_profile = exe.parent()?.parent()?.parent()?;
+    (above_profile != target_dir)
+        .then(|| above_profile.file_name().map(|t| t.to_string_lossy().into_owned()))
+        .flatten()
+}
+
+/// Builds the shipped library once per process (`cargo build --release --lib` of this package)
+/// and returns its path; fails the calling test with cargo's output when the build fails.
+pub fn shipped_library() -> PathBuf {
+    static SHIPPED: OnceLock<PathBuf> = OnceLock::new();
+    SHIPPED.get_or_init(build).clone()
+}
+
+fn build() -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let target_dir = target_dir();
+    let target = explicit_target(&target_dir);
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(MANIFEST_DIR)
+        .args(["build", "--release", "--lib", "--manifest-path"])
+        .arg(Path::new(MANIFEST_DIR).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir);
+    if let Some(t) = &target {
+        cmd.args(["--target", t]);
+    }
+    eprintln!("shipped library: {cmd:?}");
+    let t0 = Instant::now();
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", Path::new(&cargo).display()));
+    assert!(
+        out.status.success(),
+        "building the shipped library failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = match &target {
+        Some(t) => target_dir.join(t),
+        None => target_dir,
+    };
+    let path = dir.join("release").join("libnccl_profiler_otel.so");
+    assert!(path.exists(), "cargo built no {}", path.display());
+    eprintln!("shipped library: {} ({:.1?})", path.display(), t0.elapsed());
+    path
+}
+
+/// A copy of the shipped library under `name` in this executable's temporary directory: `dlopen`
+/// of a different file gives a separate instance with its own configuration and state (the same
+/// path gives the instance already loaded).
+pub fn shipped_copy(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shipped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let path = dir.join(format!("{name}.so"));
+    std::fs::copy(shipped_library(), &path).expect("copying the shipped library");
+    path
+}
+
+impl Plugin {
+    /// The shipped library ([`shipped_library`]), loaded like NCCL loads it ([`Plugin::load`]).
+    pub fn load_shipped() -> Plugin {
+        let path = shipped_library();
+        Plugin::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
