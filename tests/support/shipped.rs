@@ -80,21 +80,23 @@ fn build() -> PathBuf {
     path
 }
 
-/// A copy of the shipped library under `name` in this executable's temporary directory: `dlopen`
-/// of a different file gives a separate instance with its own configuration and state (the same
-/// path gives the instance already loaded).
-pub fn shipped_copy(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shipped-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temporary directory");
-    let path = dir.join(format!("{name}.so"));
-    std::fs::copy(shipped_library(), &path).expect("copying the shipped library");
-    path
-}
-
 impl Plugin {
     /// The shipped library ([`shipped_library`]), loaded like NCCL loads it ([`Plugin::load`]).
     pub fn load_shipped() -> Plugin {
         let path = shipped_library();
         Plugin::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Another instance of the shipped library, with its own configuration and state: `dlopen` of
+    /// a copy of its file (`dlopen` of the same file gives the instance already loaded), removed
+    /// once loaded (the mapping stays).
+    pub fn load_shipped_copy(name: &str) -> Plugin {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shipped-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let path = dir.join("libnccl_profiler_otel.so");
+        std::fs::copy(shipped_library(), &path).expect("copying the shipped library");
+        let plugin = Plugin::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let _ = std::fs::remove_dir_all(&dir);
+        plugin
     }
 }
