@@ -21,22 +21,24 @@ use super::emulator::Plugin;
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The target directory this executable was built in: `CARGO_TARGET_TMPDIR` is its `tmp`.
-fn target_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR is <target dir>/tmp")
-        .to_path_buf()
-}
-
-/// The `--target` triple this executable was built for, when one was given: its path is then
-/// `<target dir>/<triple>/<profile>/deps/<name>` instead of `<target dir>/<profile>/deps/<name>`.
-fn explicit_target(target_dir: &Path) -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
-    let above_profile = exe.parent()?.parent()?.parent()?;
-    (above_profile != target_dir)
-        .then(|| above_profile.file_name().map(|t| t.to_string_lossy().into_owned()))
-        .flatten()
+/// The target directory this executable was built in, and the `--target` triple it was built
+/// for when one was given: its path is `<target dir>/<profile>/deps/<name>`, or
+/// `<target dir>/<triple>/<profile>/deps/<name>` (a triple has two dashes at least, and the
+/// target directory holds Cargo's `CACHEDIR.TAG`).
+fn layout() -> (PathBuf, Option<String>) {
+    let exe = std::env::current_exe().expect("current_exe");
+    let above_profile = exe
+        .ancestors()
+        .nth(3)
+        .expect("tests run from <target dir>/[<triple>/]<profile>/deps");
+    let parent = above_profile.parent();
+    let name = above_profile.file_name().map(|n| n.to_string_lossy().into_owned());
+    match (parent, name) {
+        (Some(dir), Some(triple)) if triple.matches('-').count() >= 2 && dir.join("CACHEDIR.TAG").exists() => {
+            (dir.to_path_buf(), Some(triple))
+        }
+        _ => (above_profile.to_path_buf(), None),
+    }
 }
 
 /// Builds the shipped library once per process (`cargo build --release --lib` of this package)
@@ -48,8 +50,7 @@ pub fn shipped_library() -> PathBuf {
 
 fn build() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let target_dir = target_dir();
-    let target = explicit_target(&target_dir);
+    let (target_dir, target) = layout();
     let mut cmd = Command::new(&cargo);
     cmd.current_dir(MANIFEST_DIR)
         .args(["build", "--release", "--lib", "--manifest-path"])
