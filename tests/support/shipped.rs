@@ -89,15 +89,30 @@ impl Plugin {
     }
 
     /// Another instance of the shipped library, with its own configuration and state: `dlopen` of
-    /// a copy of its file (`dlopen` of the same file gives the instance already loaded), removed
-    /// once loaded (the mapping stays).
+    /// a copy of its file (`dlopen` of the same file gives the instance already loaded). The copy
+    /// stays while this process runs (sanitizers symbolize from it); copies of processes that
+    /// have ended are removed.
     pub fn load_shipped_copy(name: &str) -> Plugin {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shipped-{}-{name}", std::process::id()));
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        remove_stale_copies(tmp);
+        let dir = tmp.join(format!("shipped-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temporary directory");
         let path = dir.join("libnccl_profiler_otel.so");
         std::fs::copy(shipped_library(), &path).expect("copying the shipped library");
-        let plugin = Plugin::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let _ = std::fs::remove_dir_all(&dir);
-        plugin
+        Plugin::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+/// Removes the `shipped-<pid>-<name>` directories in `tmp` of processes that no longer run.
+fn remove_stale_copies(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else { return };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("shipped-")
+            .and_then(|r| r.split('-').next()?.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
