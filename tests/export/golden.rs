@@ -1,5 +1,5 @@
-//! Golden export: the scripted workload of `support::export` through the real exported table,
-//! exported over OTLP/HTTP to an in-test receiver, decoded with the official OTLP types and
+//! Golden export: the scripted workload of `support::export` through the shipped library
+//! (`support::shipped`, loaded with `dlopen` as NCCL loads it), exported over OTLP/HTTP to an in-test receiver, decoded with the official OTLP types and
 //! compared line by line with `tests/golden/export.txt` (recorded before the module layout
 //! changed, so a pure move cannot change what users receive).
 //!
@@ -80,7 +80,7 @@ fn scripted_workload_exports_what_was_recorded() {
     let endpoint = rx.endpoint();
     // SAFETY: this process runs this test alone (`own_process`); nothing else touches the environment.
     unsafe { sx::base_env(&[("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.as_str())]) };
-    let p = Plugin::in_process();
+    let p = Plugin::load_shipped();
     let (reqs, _) = sx::finalized_workload(&p, &rx, 0x601D_0001, "golden");
 
     let got = canonical(&reqs);

@@ -19,6 +19,7 @@ mod support {
     pub mod export;
     pub mod otlp_receiver;
     pub mod process;
+    pub mod shipped;
 }
 
 mod faults;

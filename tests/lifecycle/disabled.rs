@@ -1,5 +1,6 @@
 //! `NCCL_PROFILER_OTEL_ENABLE=0`: `init` succeeds with a NULL context and leaves the activation
 //! mask 0, so NCCL starts no events; every callback tolerates the NULL context NCCL then passes.
+//! The shipped library, `dlopen`ed.
 
 use crate::support::emulator::{H, Plugin, pid, ty};
 use crate::support::process;
@@ -12,7 +13,7 @@ fn disabled_means_success_with_a_null_context() {
     }
     // SAFETY: this process runs this test alone; set before the plugin reads its configuration.
     unsafe { std::env::set_var("NCCL_PROFILER_OTEL_ENABLE", "0") };
-    let p = Plugin::in_process();
+    let p = Plugin::load_shipped();
     let (c, mask) = p.init(Some("off"), 0x0FF, 1, 2, 0);
     assert!(c.context.is_null(), "disabled: NULL context");
     assert_eq!(mask, 0, "disabled: no event type requested");

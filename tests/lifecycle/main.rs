@@ -1,12 +1,17 @@
 //! Lifecycle: communicators created and finalized in waves from several threads with events in
-//! flight, slot reuse through a full generation wrap, `init` after the last `finalize`, unload and
-//! reload of the built library, and a job started with every variable set to a bad value. Two
-//! modules run in processes of their own (`support::process`): `disabled` (`ENABLE=0`) and
-//! `telemetry_idle` (no wake-ups while no communicator is live).
+//! flight, `init` after the last `finalize`, unload and reload, and a job started with every
+//! variable set to a bad value, all through the shipped library (`support::shipped`: built
+//! without test features, loaded with `dlopen` as NCCL loads it) and checked by what a process
+//! sees of it: contexts, threads, memory, NCCL's logger and its export. Two modules run in
+//! processes of their own (`support::process`): `disabled` (`ENABLE=0`) and `telemetry_idle` (no
+//! wake-ups while no communicator is live). `internals` tests the registry's slot reuse through
+//! a generation wrap on the plugin linked into this binary: it reads counters no export carries.
 //!
-//! Every other test here first runs [`setup`]: the in-process plugin's first `init` runs on defaults
-//! (window capacity 100,000: real page use) with export off; then the built library, loaded like
-//! NCCL loads it, starts with every variable of [`VARS`] bad, and what it logged is kept for
+//! Every other test here first runs [`setup`], which loads three instances of the shipped library
+//! (two from copies of its file: `dlopen` of another file is another instance, with its own
+//! configuration): the churn instance on defaults (window capacity 100,000: real page use) with
+//! export off; the observed instance, exporting to an in-test OTLP receiver; and the library
+//! itself, started with every variable of [`VARS`] bad, what it logged kept for
 //! [`bad_configuration_end_to_end`]. Tests take [`SERIAL`]: they measure process-wide RSS and
 //! threads.
 //!
@@ -17,25 +22,25 @@
 #[path = "../support"]
 mod support {
     pub mod emulator;
+    pub mod otlp_receiver;
     pub mod process;
+    pub mod shipped;
 }
 
 mod disabled;
+mod internals;
 mod telemetry_idle;
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nccl_profiler_otel::aggregate::WindowSummary;
-use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::{self, Config};
-use nccl_profiler_otel::record::handle::{Context, GEN_MASK};
-use nccl_profiler_otel::stats::STATS;
-use nccl_profiler_otel::telemetry::{self, Sink};
+use nccl_profiler_otel::record::handle::Context;
 use parking_lot::{Mutex, MutexGuard};
 use support::emulator::{self, H, Plugin, logger, pid, rss, ty};
+use support::otlp_receiver::{self as rx, Receiver};
+use support::shipped;
 
 /// What a variable accepts; the end-to-end check reads whether its values are secret or free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,26 +105,16 @@ const RSS_BOUND: u64 = 16 << 20;
 /// process times its thread's wake-ups.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Records delivered to sinks, per communicator hash of interest.
-#[derive(Default)]
-struct Capture {
-    records: AtomicU64,
-    windows: Mutex<Vec<WindowSummary>>,
-    watch: Mutex<Vec<u64>>,
-}
-
-impl Sink for Capture {
-    fn window(&self, summary: &WindowSummary) {
-        self.records.fetch_add(summary.stats.records, Ordering::Relaxed);
-        if self.watch.lock().contains(&summary.comm.hash) {
-            self.windows.lock().push(summary.clone());
-        }
-    }
-}
-
 struct Setup {
+    /// The churn instance: defaults, export off.
     plugin: Plugin,
-    capture: Arc<Capture>,
+    /// The observed instance and the receiver it exports to, with the event mask it was
+    /// configured with.
+    observed: Plugin,
+    receiver: Receiver,
+    observed_mask: i32,
+    /// The plugin linked into this binary, on defaults with export off (`internals`).
+    internal: Plugin,
     /// Config WARNs the loaded library logged at its first `init` (prefix stripped).
     warnings: Vec<String>,
     /// The configuration line it logged at that `init` (INFO, rank 0; prefix stripped).
@@ -131,10 +126,11 @@ struct Setup {
 
 const PREFIX: &str = "NCCL_PROFILER_OTEL: ";
 
-/// Runs once per process, before anything else here: the in-process plugin's first `init` reads
-/// an environment with export off (`NCCL_PROFILER_OTEL_EXPORTER=none`, everything else default);
-/// then the built library, loaded like NCCL loads it (a separate instance with its own
-/// configuration), makes its first `init` with every variable of [`VARS`] bad.
+/// Runs once per process, before anything else here. Each instance reads the environment at its
+/// first `init`: the churn instance and the plugin linked into this binary with export off
+/// (`NCCL_PROFILER_OTEL_EXPORTER=none`, everything else default); the observed instance with
+/// export to an in-test receiver; then the shipped library itself with every variable of
+/// [`VARS`] bad.
 fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
     // A parking_lot mutex rather than a `OnceLock`: ThreadSanitizer sees its synchronisation.
     static SETUP: Mutex<Option<&'static Setup>> = Mutex::new(None);
@@ -153,16 +149,31 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
                 }
             }
         };
+        let first_init = |p: &Plugin, hash: u64| {
+            let c = init(p, Some("lifecycle"), hash, 1, 2, 0);
+            p.finalize(c.context);
+        };
         set(&mut VARS.iter().map(|(n, ..)| (*n, None)));
         set(&mut [(config::EXPORTER, Some("none"))].into_iter());
-        let capture = Arc::new(Capture::default());
-        telemetry::add_sink(capture.clone());
-        let plugin = Plugin::in_process();
-        let (c, _) = plugin.init(Some("lifecycle"), 0x11FE_C0F1, 1, 2, 0);
-        plugin.finalize(c.context);
+        let plugin = Plugin::load_shipped_copy("lifecycle-churn");
+        first_init(&plugin, 0x11FE_C0F1);
+        let internal = Plugin::in_process();
+        let (c, _) = internal.init(Some("lifecycle"), 0x11FE_C0F2, 1, 2, 0);
+        internal.finalize(c.context);
+
+        let receiver = Receiver::start();
+        let endpoint = receiver.endpoint();
+        set(&mut [
+            (config::EXPORTER, None),
+            (config::TELEMETRY_ENDPOINT, Some(endpoint.as_str())),
+        ]
+        .into_iter());
+        let observed_mask = Config::from_lookup(|name| std::env::var(name).ok()).0.event_mask;
+        let observed = Plugin::load_shipped_copy("lifecycle-observed");
+        first_init(&observed, 0x11FE_C0F3);
 
         set(&mut VARS.iter().map(|(n, _, v)| (*n, *v)));
-        let loaded = Plugin::load_built().expect("the built library");
+        let loaded = Plugin::load_shipped();
         let before = logger::lines().len();
         let (c, first_mask) = loaded.init(Some("bad-config"), 0xBAD_C0F1, 1, 2, 0);
         let lines: Vec<logger::Line> = logger::lines().into_iter().skip(before).collect();
@@ -180,7 +191,10 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
         // (proxy variables) from now on, and `setenv` races with `getenv`.
         Box::leak(Box::new(Setup {
             plugin,
-            capture,
+            observed,
+            receiver,
+            observed_mask,
+            internal,
             warnings,
             described,
             first_mask,
@@ -231,6 +245,24 @@ fn next_hash() -> u64 {
     NEXT.fetch_add(0x1_0003, Ordering::Relaxed)
 }
 
+/// Registry slots the churn instance handed out, read from the contexts its `init` returned (a
+/// slot is allocated by the `init` that first takes it, and is kept for the process's life).
+static SLOTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// `init` through `p`, keeping the registry slot of the context it returns in [`SLOTS`].
+fn init(p: &Plugin, name: Option<&str>, hash: u64, n_nodes: i32, nranks: i32, rank: i32) -> emulator::Comm {
+    let (c, _) = p.init(name, hash, n_nodes, nranks, rank);
+    if let Some(ctx) = Context::decode(c.context as u64) {
+        SLOTS.lock().insert(ctx.comm.slot);
+    }
+    c
+}
+
+/// Registry slots the churn instance has allocated so far.
+fn slots() -> usize {
+    SLOTS.lock().len()
+}
+
 /// About `n` callbacks of collectives with proxy ops and send steps; the last collective and its
 /// op are left unstopped (events in flight at finalize).
 fn traffic(p: &Plugin, c: &emulator::Comm, n: u64) {
@@ -274,7 +306,7 @@ fn waves(p: &Plugin, waves: usize, threads: usize, per_thread: usize, events: u6
                 .map(|_| {
                     s.spawn(|| {
                         let comms: Vec<emulator::Comm> = (0..per_thread)
-                            .map(|i| p.init(None, next_hash(), 2, 4, 1 + i as i32 % 3).0)
+                            .map(|i| init(p, None, next_hash(), 2, 4, 1 + i as i32 % 3))
                             .collect();
                         assert!(comms.iter().all(|c| !c.context.is_null()), "init gives a context");
                         created.fetch_add(comms.len() as u64, Ordering::Relaxed);
@@ -320,16 +352,15 @@ fn a_thousand_communicators_in_waves_leak_neither_memory_nor_threads() {
     // starts the telemetry thread, grows the allocator's arenas.
     let warm = waves(p, 2, 4, 10, events);
     std::thread::sleep(Duration::from_millis(50));
-    let (rss0, threads0, slots0) = (rss(), threads(), comm::all().count());
-    let stale0 = STATS.stale.get();
+    let (rss0, threads0, slots0) = (rss(), threads(), slots());
     let t0 = Instant::now();
     let created = warm + waves(p, 24, 4, 10, events);
     let elapsed = t0.elapsed();
     std::thread::sleep(Duration::from_millis(50));
-    let (rss1, threads1, slots1) = (rss(), threads(), comm::all().count());
+    let (rss1, threads1, slots1) = (rss(), threads(), slots());
     eprintln!(
         "lifecycle: {created} communicators ({events} callbacks each), churn {elapsed:?}; RSS baseline {} KiB, \
-         after {} KiB (bound +{} KiB), peak {} KiB; threads {} -> {} {:?}; stale callbacks {}; slots {slots0} -> {slots1}",
+         after {} KiB (bound +{} KiB), peak {} KiB; threads {} -> {} {:?}; slots {slots0} -> {slots1}",
         rss0 >> 10,
         rss1 >> 10,
         RSS_BOUND >> 10,
@@ -337,7 +368,6 @@ fn a_thousand_communicators_in_waves_leak_neither_memory_nor_threads() {
         threads0.len(),
         threads1.len(),
         threads1,
-        STATS.stale.get() - stale0,
     );
     assert!(created >= 1000, "{created} communicators");
     // A slot is allocated only while every allocated one is live or draining: at most the 40
@@ -376,12 +406,12 @@ fn churn_from_several_threads_keeps_the_registry_bounded() {
     // (each finalize holds its slot's lock while it reads the windows): a register that finds
     // every other slot live or being finalized waits for one instead of allocating another
     // communicator, so no more slots than communicators live at once are ever allocated.
-    let slots0 = comm::all().count();
+    let slots0 = slots();
     std::thread::scope(|scope| {
         for _ in 0..6 {
             scope.spawn(|| {
                 for _ in 0..500 {
-                    let (c, _) = p.init(None, next_hash(), 1, 2, 1);
+                    let c = init(p, None, next_hash(), 1, 2, 1);
                     assert!(!c.context.is_null(), "init gives a context");
                     traffic(p, &c, 500);
                     p.finalize(c.context);
@@ -389,7 +419,7 @@ fn churn_from_several_threads_keeps_the_registry_bounded() {
             });
         }
     });
-    let slots1 = comm::all().count();
+    let slots1 = slots();
     eprintln!("lifecycle: 3000 communicators from 6 threads: slots {slots0} -> {slots1}");
     assert!(
         slots1 <= slots0.max(6),
@@ -398,116 +428,17 @@ fn churn_from_several_threads_keeps_the_registry_bounded() {
 }
 
 #[test]
-fn slot_reuse_wraps_generations_and_stale_contexts_and_handles_stay_stale() {
-    let (_serial, s) = setup();
-    let p = &s.plugin;
-    // Every init takes the lowest free slot, with that slot's next generation: cycle init/finalize
-    // until one slot has gone through all 4095 generations and wrapped. A keeper communicator
-    // stays live so that no finalize is the last one (that one flushes the exporter, 10-100 ms).
-    // `register` skips a slot the telemetry thread is polling (its consumer lock is taken) or whose
-    // windows are still draining, so the slot may vary.
-    let (keeper, _) = p.init(None, next_hash(), 1, 2, 1);
-    let slots0 = comm::all().count();
-    let mut last_generation: HashMap<u16, u16> = HashMap::new();
-    let mut uses: HashMap<u16, usize> = HashMap::new();
-    let mut previous: Option<emulator::Comm> = None;
-    let mut open: Option<(u16, H, H)> = None;
-    let mut stale_checks = 0;
-    let mut wrapped = None;
-    let mut i = 0;
-    while wrapped.is_none() {
-        assert!(
-            i < 3 * (GEN_MASK as usize + 1),
-            "no slot wrapped in {i} cycles: {uses:?}"
-        );
-        let (c, _) = p.init(None, next_hash(), 1, 2, 1);
-        let ctx = Context::decode(c.context as u64).expect("a context of ours");
-        let generation = ctx.comm.generation;
-        assert_ne!(generation, 0, "generation 0 is never handed out");
-        if let Some(last) = last_generation.insert(ctx.comm.slot, generation) {
-            let expected = (u32::from(last) % GEN_MASK + 1) as u16;
-            assert_eq!(
-                generation, expected,
-                "slot {} advances by one generation",
-                ctx.comm.slot
-            );
-            if generation == 1 {
-                wrapped = Some(ctx.comm.slot);
-            }
-        }
-        *uses.entry(ctx.comm.slot).or_default() += 1;
-        if let Some(old) = previous.take() {
-            // The previous communicator (finalized) is stale, also as a context for new events.
-            let stale = STATS.stale.get();
-            let h = p.coll(&old, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);
-            assert!(h.is_null(), "a finalized communicator's context is stale");
-            p.finalize(old.context);
-            assert!(STATS.stale.get() >= stale + 2);
-        }
-        if let Some((slot, coll, op)) = open.take().filter(|(slot, ..)| *slot == ctx.comm.slot) {
-            // Events the previous communicator in this slot left open: their handles name epochs
-            // its windows have left, so they are stale for the new one, not late records of it.
-            let stale = STATS.stale.get();
-            p.stop(coll);
-            assert!(
-                p.proxy_step(c.context, op, c.rank, 0).is_null(),
-                "a stale parent takes no child"
-            );
-            assert_eq!(STATS.stale.get(), stale + 2, "slot {slot}: stale, not late");
-            let now = comm::get(ctx.comm).expect("live");
-            assert_eq!(now.drop_counts().late, 0);
-            stale_checks += 1;
-        }
-        if i % 512 == 0 {
-            let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);
-            assert!(!coll.is_null(), "recorded at generation {generation}");
-            p.stop(coll);
-        }
-        if i % 64 == 0 {
-            let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, 0);
-            let op = p.proxy_op(c.context, coll, pid(), c.rank, 0, 1, 1, true);
-            assert!(!op.is_null());
-            open = Some((ctx.comm.slot, coll, op));
-        }
-        p.finalize(c.context);
-        previous = Some(c);
-        i += 1;
-    }
-    let slots1 = comm::all().count();
-    eprintln!(
-        "lifecycle: slot {wrapped:?} wrapped after {i} init/finalize cycles; uses per slot {uses:?}; \
-         {stale_checks} stale handles of a slot's earlier communicator"
-    );
-    assert!(
-        stale_checks > 0,
-        "no slot was reused right after a communicator left events open"
-    );
-    assert!(
-        slots1 <= slots0 + 2,
-        "slots allocated grew from {slots0} to {slots1}: {uses:?}"
-    );
-    p.finalize(keeper.context);
-}
-
-#[test]
 fn init_works_after_the_last_finalize() {
     let (_serial, s) = setup();
-    let p = &s.plugin;
+    let p = &s.observed;
     for round in 0..3 {
         let (c, mask) = p.init(Some("again"), next_hash(), 1, 2, 0);
         assert!(!c.context.is_null(), "round {round}");
-        assert_eq!(mask & !emulator::mask::IMPLIED, Config::global().event_mask);
-        s.capture.watch.lock().push(c.hash);
+        assert_eq!(mask & !emulator::mask::IMPLIED, s.observed_mask);
         traffic(p, &c, 200);
+        // The last finalize exports before it returns.
         p.finalize(c.context);
-        let got: u64 = s
-            .capture
-            .windows
-            .lock()
-            .iter()
-            .filter(|w| w.comm.hash == c.hash)
-            .map(|w| w.stats.records)
-            .sum();
+        let got = recorded(&s.receiver.requests(), c.hash);
         assert!(
             got >= 100,
             "round {round}: {got} records delivered after a full finalize"
@@ -515,10 +446,23 @@ fn init_works_after_the_last_finalize() {
     }
 }
 
+/// `nccl.profiler.events.recorded` of the communicator `hash` (cumulative: its latest total).
+fn recorded(reqs: &[rx::ExportMetricsServiceRequest], hash: u64) -> u64 {
+    let hash = format!("{hash:#x}");
+    rx::metrics(reqs)
+        .into_iter()
+        .filter(|m| m.name == "nccl.profiler.events.recorded")
+        .flat_map(rx::points)
+        .filter(|p| p.attrs.get("nccl.comm.hash") == Some(&hash))
+        .map(|p| p.value as u64)
+        .max()
+        .unwrap_or(0)
+}
+
 #[test]
-fn unload_and_reload_of_the_built_library() {
+fn unload_and_reload_of_the_shipped_library() {
     let (_serial, _s) = setup();
-    let path = emulator::built_library().expect("cargo test builds the cdylib");
+    let path = shipped::shipped_library();
     let library_threads = || threads().iter().filter(|t| t.starts_with("nccl-otel")).count();
     let before = library_threads();
     let p = Plugin::load(&path).expect("dlopen");

@@ -1,0 +1,118 @@
+//! The shipped library: `libnccl_profiler_otel.so` as `cargo build --release --lib` makes it,
+//! which the tests that claim to drive what NCCL loads `dlopen`.
+//!
+//! The cdylib that `cargo test` builds next to the test executables is not that library: the
+//! tests' dev-dependency on this package turns its test seams on, and Cargo unifies features
+//! across the test build. So [`shipped_library`] builds the library once per test process with a
+//! nested cargo (the one running the tests), without dev-dependencies and so without test
+//! features, in the same target directory's `release` profile (a lock and outputs apart from the
+//! debug test build). A test executable built for an explicit `--target` (the sanitizer runs)
+//! builds it for that target too, so `RUSTFLAGS` reach neither build scripts nor proc macros.
+//!
+//! Called on: test threads; the build runs once, under a `OnceLock`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use super::emulator::Plugin;
+
+const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The target directory this executable was built in, and the `--target` triple it was built
+/// for when one was given: its path is `<target dir>/<profile>/deps/<name>`, or
+/// `<target dir>/<triple>/<profile>/deps/<name>` (a triple has two dashes at least, and the
+/// target directory holds Cargo's `CACHEDIR.TAG`).
+fn layout() -> (PathBuf, Option<String>) {
+    let exe = std::env::current_exe().expect("current_exe");
+    let above_profile = exe
+        .ancestors()
+        .nth(3)
+        .expect("tests run from <target dir>/[<triple>/]<profile>/deps");
+    let parent = above_profile.parent();
+    let name = above_profile.file_name().map(|n| n.to_string_lossy().into_owned());
+    match (parent, name) {
+        (Some(dir), Some(triple)) if triple.matches('-').count() >= 2 && dir.join("CACHEDIR.TAG").exists() => {
+            (dir.to_path_buf(), Some(triple))
+        }
+        _ => (above_profile.to_path_buf(), None),
+    }
+}
+
+/// Builds the shipped library once per process (`cargo build --release --lib` of this package)
+/// and returns its path; fails the calling test with cargo's output when the build fails.
+pub fn shipped_library() -> PathBuf {
+    static SHIPPED: OnceLock<PathBuf> = OnceLock::new();
+    SHIPPED.get_or_init(build).clone()
+}
+
+fn build() -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let (target_dir, target) = layout();
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(MANIFEST_DIR)
+        .args(["build", "--release", "--lib", "--manifest-path"])
+        .arg(Path::new(MANIFEST_DIR).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir);
+    if let Some(t) = &target {
+        cmd.args(["--target", t]);
+    }
+    eprintln!("shipped library: {cmd:?}");
+    let t0 = Instant::now();
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", Path::new(&cargo).display()));
+    assert!(
+        out.status.success(),
+        "building the shipped library failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = match &target {
+        Some(t) => target_dir.join(t),
+        None => target_dir,
+    };
+    let path = dir.join("release").join("libnccl_profiler_otel.so");
+    assert!(path.exists(), "cargo built no {}", path.display());
+    eprintln!("shipped library: {} ({:.1?})", path.display(), t0.elapsed());
+    path
+}
+
+impl Plugin {
+    /// The shipped library ([`shipped_library`]), loaded like NCCL loads it ([`Plugin::load`]).
+    pub fn load_shipped() -> Plugin {
+        let path = shipped_library();
+        Plugin::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Another instance of the shipped library, with its own configuration and state: `dlopen` of
+    /// a copy of its file (`dlopen` of the same file gives the instance already loaded). The copy
+    /// stays while this process runs (sanitizers symbolize from it); copies of processes that
+    /// have ended are removed.
+    pub fn load_shipped_copy(name: &str) -> Plugin {
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        remove_stale_copies(tmp);
+        let dir = tmp.join(format!("shipped-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let path = dir.join("libnccl_profiler_otel.so");
+        std::fs::copy(shipped_library(), &path).expect("copying the shipped library");
+        Plugin::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+/// Removes the `shipped-<pid>-<name>` directories in `tmp` of processes that no longer run.
+fn remove_stale_copies(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else { return };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("shipped-")
+            .and_then(|r| r.split('-').next()?.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
