@@ -10,14 +10,16 @@
 //!   proxy ops (no transfers, no host time), with one kernel channel of `GATHER_GPU_NS`;
 //! - one stop with a stale handle.
 //!
-//! Every step's SendWait → stop time is spun to `LATENCY + bytes / BANDWIDTH`.
+//! Every step's SendWait → stop time is spun to `LATENCY + bytes / BANDWIDTH`; the workload times
+//! each step itself ([`disturbed`]), so a link whose transfers the host stretched is not held to
+//! the spun model.
 //!
 //! Also [`run_child`], the workload of a child process (`super::process::child`), and [`SERIAL`]:
 //! the export tests run one at a time.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::emulator::{self, H, Plugin, ty};
 use super::otlp_receiver::{self as rx, ExportMetricsServiceRequest, Point};
@@ -81,6 +83,38 @@ fn transfer(bytes: u64) -> Duration {
     Duration::from_secs_f64(LATENCY + bytes as f64 / BANDWIDTH)
 }
 
+/// How much longer than spun a step may take, by the workload's own clock (its callbacks
+/// included), before it counts as stretched by the host.
+const STRETCH: Duration = Duration::from_micros(25);
+
+/// How much longer than spun each step of the workloads run in this process took, by link
+/// (communicator hash, peer) and size.
+static EXCESS: Mutex<BTreeMap<(u64, i32, u64), Vec<Duration>>> = Mutex::new(BTreeMap::new());
+
+/// Whether this process ran the workload of `hash` and the host stretched the steps to `peer`
+/// that the fit rests on: for some size, its second fastest step (the low percentile `MIN` mode
+/// fits) took [`STRETCH`] longer than spun. Then the link's figures reflect the host, not the
+/// spun model. `false` when another process ran the workload.
+pub fn disturbed(hash: u64, peer: i32) -> bool {
+    EXCESS
+        .lock()
+        .iter()
+        .filter(|((h, p, _), _)| (*h, *p) == (hash, peer))
+        .any(|(_, excess)| {
+            let mut sorted = excess.clone();
+            sorted.sort_unstable();
+            sorted.get(1).or(sorted.first()).is_some_and(|&e| e > STRETCH)
+        })
+}
+
+/// One send step, timed by the workload ([`disturbed`]).
+fn timed_step(p: &Plugin, c: &emulator::Comm, hash: u64, op: H, step: usize, bytes: u64, peer: i32, waits: u32) {
+    let t0 = Instant::now();
+    p.send_step(c.context, op, 0, step as i32, bytes, waits, transfer(bytes));
+    let excess = t0.elapsed().saturating_sub(transfer(bytes));
+    EXCESS.lock().entry((hash, peer, bytes)).or_default().push(excess);
+}
+
 /// Runs the scripted workload on a new communicator; does not finalize it.
 pub fn workload(p: &Plugin, hash: u64, name: &'static str) -> (emulator::Comm, Truth) {
     let (c, mask) = p.init(Some(name), hash, 1, NRANKS, 0);
@@ -101,7 +135,7 @@ pub fn workload(p: &Plugin, hash: u64, name: &'static str) -> (emulator::Comm, T
         );
         p.state(op, ty::OP_IN_PROGRESS, 0);
         for (s, &bytes) in COLL_STEPS.iter().enumerate() {
-            p.send_step(c.context, op, 0, s as i32, bytes, 1, transfer(bytes));
+            timed_step(p, &c, hash, op, s, bytes, 1, 1);
         }
         p.stop(op);
     }
@@ -110,7 +144,7 @@ pub fn workload(p: &Plugin, hash: u64, name: &'static str) -> (emulator::Comm, T
         p.stop(send);
         let op = p.proxy_op(c.context, send, emulator::pid(), 0, 2, 2, P2P_STEPS.len() as i32, true);
         for (s, &bytes) in P2P_STEPS.iter().enumerate() {
-            p.send_step(c.context, op, 0, s as i32, bytes, 0, transfer(bytes));
+            timed_step(p, &c, hash, op, s, bytes, 2, 0);
         }
         p.stop(op);
         kernel_channel(p, &c, send, 2_000_000, P2P_GPU_NS);
@@ -411,22 +445,26 @@ pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
             samples >= 1.0 && samples <= transfers as f64,
             "samples {samples} of {transfers}"
         );
-        if let Some(bw) = latest(reqs, "nccl.link.bandwidth", &attrs) {
-            assert!(
-                (bw.value / BANDWIDTH - 1.0).abs() < 0.3,
-                "link 0→{peer} bandwidth {} vs {BANDWIDTH}",
-                bw.value
-            );
-            let lat = latest(reqs, "nccl.link.latency", &attrs).expect("latency").value;
-            assert!((0.0..300e-6).contains(&lat), "link 0→{peer} latency {lat}");
-            let r2 = latest(reqs, "nccl.link.r2", &attrs).expect("r2").value;
-            assert!((0.0..=1.0).contains(&r2) && r2 > 0.5, "r2 {r2}");
-        } else {
+        let Some(bw) = latest(reqs, "nccl.link.bandwidth", &attrs) else {
             assert_eq!(
                 peer, 2,
                 "the AllReduce link has three sizes per interval: it must have a fit"
             );
+            continue;
+        };
+        if disturbed(t.hash, peer) {
+            eprintln!("link 0→{peer}: the host stretched its transfers; its fit is not compared with the spun model");
+            continue;
         }
+        assert!(
+            (bw.value / BANDWIDTH - 1.0).abs() < 0.3,
+            "link 0→{peer} bandwidth {} vs {BANDWIDTH}",
+            bw.value
+        );
+        let lat = latest(reqs, "nccl.link.latency", &attrs).expect("latency").value;
+        assert!((0.0..300e-6).contains(&lat), "link 0→{peer} latency {lat}");
+        let r2 = latest(reqs, "nccl.link.r2", &attrs).expect("r2").value;
+        assert!((0.0..=1.0).contains(&r2) && r2 > 0.5, "r2 {r2}");
     }
 
     // Channels: 0 and 1 carry the AllReduce steps, 2 the sends.

@@ -5,8 +5,10 @@
 //! tests' dev-dependency on this package turns its test seams on, and Cargo unifies features
 //! across the test build. So [`shipped_library`] builds the library once per test process with a
 //! nested cargo (the one running the tests), without dev-dependencies and so without test
-//! features, in the same target directory's `release` profile (a lock and outputs apart from the
-//! debug test build). A test executable built for an explicit `--target` (the sanitizer runs)
+//! features, in a target directory of its own (`<target dir>/shipped`): the library's cdylib and
+//! rlib file names carry no feature hash, so a release build with the test features (`cargo test
+//! --release`, `cargo bench`) would overwrite the same files in `<target dir>/release` and a later
+//! nested build would find them up to date. A test executable built for an explicit `--target` (the sanitizer runs)
 //! builds it for that target too, so `RUSTFLAGS` reach neither build scripts nor proc macros.
 //!
 //! Called on: test threads; the build runs once, under a `OnceLock`.
@@ -56,7 +58,7 @@ fn build() -> PathBuf {
         .args(["build", "--release", "--lib", "--manifest-path"])
         .arg(Path::new(MANIFEST_DIR).join("Cargo.toml"))
         .arg("--target-dir")
-        .arg(&target_dir);
+        .arg(target_dir.join("shipped"));
     if let Some(t) = &target {
         cmd.args(["--target", t]);
     }
@@ -72,8 +74,8 @@ fn build() -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     let dir = match &target {
-        Some(t) => target_dir.join(t),
-        None => target_dir,
+        Some(t) => target_dir.join("shipped").join(t),
+        None => target_dir.join("shipped"),
     };
     let path = dir.join("release").join("libnccl_profiler_otel.so");
     assert!(path.exists(), "cargo built no {}", path.display());
