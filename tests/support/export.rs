@@ -108,7 +108,7 @@ pub fn disturbed(hash: u64, peer: i32) -> bool {
 }
 
 /// One send step, timed by the workload ([`disturbed`]).
-fn timed_step(p: &Plugin, c: &emulator::Comm, hash: u64, op: H, step: usize, bytes: u64, peer: i32, waits: u32) {
+fn timed_step(p: &Plugin, c: &emulator::Comm, (hash, peer): (u64, i32), op: H, step: usize, bytes: u64, waits: u32) {
     let t0 = Instant::now();
     p.send_step(c.context, op, 0, step as i32, bytes, waits, transfer(bytes));
     let excess = t0.elapsed().saturating_sub(transfer(bytes));
@@ -135,7 +135,7 @@ pub fn workload(p: &Plugin, hash: u64, name: &'static str) -> (emulator::Comm, T
         );
         p.state(op, ty::OP_IN_PROGRESS, 0);
         for (s, &bytes) in COLL_STEPS.iter().enumerate() {
-            timed_step(p, &c, hash, op, s, bytes, 1, 1);
+            timed_step(p, &c, (hash, 1), op, s, bytes, 1);
         }
         p.stop(op);
     }
@@ -144,7 +144,7 @@ pub fn workload(p: &Plugin, hash: u64, name: &'static str) -> (emulator::Comm, T
         p.stop(send);
         let op = p.proxy_op(c.context, send, emulator::pid(), 0, 2, 2, P2P_STEPS.len() as i32, true);
         for (s, &bytes) in P2P_STEPS.iter().enumerate() {
-            timed_step(p, &c, hash, op, s, bytes, 2, 0);
+            timed_step(p, &c, (hash, 2), op, s, bytes, 0);
         }
         p.stop(op);
         kernel_channel(p, &c, send, 2_000_000, P2P_GPU_NS);
