@@ -12,6 +12,18 @@ fn load(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
     Config::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned()))
 }
 
+/// Every row's example of a rejected value is rejected: one warning naming the variable, and the
+/// default kept (the end-to-end lifecycle test sets them all at once).
+#[test]
+fn every_rows_rejected_example_is_rejected() {
+    for (name, value) in rejected() {
+        let (config, warnings) = load(&[(name, value)]);
+        assert_eq!(config, Config::default(), "{name}={value:?}");
+        assert_eq!(warnings.len(), 1, "{name}={value:?}: {warnings:?}");
+        assert!(warnings[0].starts_with(&format!("{name}=")), "{warnings:?}");
+    }
+}
+
 /// Asserts `value` for `name` is rejected with exactly one warning and the default kept.
 fn assert_rejected(name: &str, value: &str, default_shown: &str) {
     let (config, warnings) = load(&[(name, value)]);

@@ -17,7 +17,7 @@ use Fallback::{Standard, Value};
 
 /// One of our variables. [`Config::from_lookup`] applies the rows in order: the default first
 /// ([`Var::fallback`]), then the value, if set, through [`Var::set`]. The documentation fields
-/// are read only by the test that renders `docs/configuration.md`.
+/// are read only by the test that renders `docs/configuration.md`, [`Var::rejected`] only by tests.
 #[cfg_attr(not(test), expect(dead_code, reason = "the documentation fields"))]
 pub(super) struct Var {
     /// The environment variable.
@@ -35,6 +35,8 @@ pub(super) struct Var {
     pub(super) set: fn(&mut Config, &str) -> Result<(), String>,
     /// The field, in the syntax [`Var::set`] accepts.
     pub(super) show: fn(&Config) -> String,
+    /// A value [`Var::set`] rejects: the tests set it to check the warning.
+    pub(super) rejected: &'static str,
 }
 
 /// Where a variable's default comes from.
@@ -59,6 +61,12 @@ macro_rules! variables {
 
         /// Our variables, one row each, in the order they are read, printed and documented.
         pub(super) const VARS: &[Var] = &[$(Var { name: $konst, doc: $doc, $($field: $value,)* }),*];
+
+        /// Each of our variables with a value it rejects, in the order of their rows.
+        #[cfg(any(test, feature = "testing"))]
+        pub fn rejected() -> impl Iterator<Item = (&'static str, &'static str)> {
+            VARS.iter().map(|v| (v.name, v.rejected))
+        }
     };
 }
 
@@ -70,6 +78,7 @@ variables! {
         fallback: Value(|c| c.enable = true),
         set: |c, s| accepted(parse_bool(s), BOOL).map(|v| c.enable = v),
         show: |c| show_bool(c.enable),
+        rejected: "maybe",
     }
     TELEMETRY_ENABLE = "NCCL_PROFILER_OTEL_TELEMETRY_ENABLE" {
         doc: "Run the telemetry thread that aggregates closed windows and exports them.",
@@ -78,6 +87,7 @@ variables! {
         fallback: Value(|c| c.telemetry_enable = true),
         set: |c, s| accepted(parse_bool(s), BOOL).map(|v| c.telemetry_enable = v),
         show: |c| show_bool(c.telemetry_enable),
+        rejected: "-1",
     }
     TELEMETRY_INTERVAL_SEC = "NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC" {
         doc: "Longest time a window keeps filling before the telemetry thread closes and summarises it (when it \
@@ -88,6 +98,7 @@ variables! {
         fallback: Standard,
         set: |c, s| secs_in(s, 0.01..=3600.0).map(|v| c.interval = v),
         show: |c| show_secs(c.interval),
+        rejected: "1e999",
     }
     HANG_THRESHOLD_SEC = "NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC" {
         doc: "How long the oldest operation in flight may go without progress (no callback of its own or of its \
@@ -100,6 +111,7 @@ variables! {
         fallback: Value(|c| c.hang_threshold = std::time::Duration::from_secs(30)),
         set: |c, s| secs_in(s, 0.1..=86400.0).map(|v| c.hang_threshold = v),
         show: |c| show_secs(c.hang_threshold),
+        rejected: "0.05",
     }
     LINEAR_REGRESSION_MODE = "NCCL_PROFILER_LINEAR_REGRESSION_MODE" {
         doc: "Which transfer times the bandwidth/latency fit uses: `AVG` every sample, `MIN` a low percentile \
@@ -109,6 +121,7 @@ variables! {
         fallback: Value(|c| c.regression_mode = Mode::Avg),
         set: |c, s| accepted(Mode::parse(s), "AVG or MIN").map(|v| c.regression_mode = v),
         show: |c| show_mode(c.regression_mode),
+        rejected: "AVERAGE",
     }
     EVENT_MASK = "NCCL_PROFILE_EVENT_MASK" {
         doc: "Event types NCCL should send (0x1 Group, 0x2 Coll, 0x4 P2p, 0x8 ProxyOp, 0x10 ProxyStep, 0x20 \
@@ -124,6 +137,7 @@ variables! {
             accepted(parse_event_mask(s), valid).map(|v| c.event_mask = v)
         },
         show: |c| show_mask(c.event_mask),
+        rejected: "0x10000",
     }
     KERNEL_CH_EVERY = "NCCL_PROFILER_OTEL_KERNEL_CH_EVERY" {
         doc: "KernelCh (GPU times) is requested for one part in N of each telemetry interval, at its start, \
@@ -136,6 +150,7 @@ variables! {
         fallback: Value(|c| c.kernel_ch_every = None),
         set: |c, s| accepted(parse_every(s), "auto or an integer in 1..=1000").map(|v| c.kernel_ch_every = v),
         show: |c| show_every(c.kernel_ch_every),
+        rejected: "0",
     }
     V7_EXTENSIONS = "NCCL_PROFILER_OTEL_V7_EXTENSIONS" {
         doc: "Whether, on profiler ABI v7, the plugin reads what only NCCL 2.31's v7 layout has (`userTag`, \
@@ -151,6 +166,7 @@ variables! {
             accepted(parse_auto_bool(s), valid).map(|v| c.v7_extensions = v)
         },
         show: |c| show_auto_bool(c.v7_extensions),
+        rejected: "sometimes",
     }
     WINDOW_CAPACITY = "NCCL_PROFILER_OTEL_WINDOW_CAPACITY" {
         doc: "Record slots per window lane. Each communicator has four windows of three lanes (application \
@@ -162,6 +178,7 @@ variables! {
         fallback: Value(|c| c.capacity = 100_000),
         set: |c, s| u32_in(s, 1024..=MAX_LANE_SLOTS).map(|v| c.capacity = v),
         show: |c| show_u32(c.capacity),
+        rejected: "99999999999999999999",
     }
     WINDOW_COUNT_TRIGGER = "NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER" {
         doc: "Records in the filling window (all lanes) at which new events move on to the next window (opened \
@@ -180,6 +197,7 @@ variables! {
             parse_u32_in(s, 1..=capacity).map(|v| c.count_trigger = v).ok_or_else(valid)
         },
         show: |c| show_u32(c.count_trigger),
+        rejected: "12abc",
     }
     EXPORTER = "NCCL_PROFILER_OTEL_EXPORTER" {
         doc: "Where metrics go. `otlp`: to an OpenTelemetry collector (below). `file`: OTLP-JSON lines to \
@@ -190,6 +208,7 @@ variables! {
         fallback: Standard,
         set: |c, s| accepted(parse_exporter(s), "otlp, file, stdout or none").map(|v| c.export.exporter = v),
         show: |c| show_exporter(c.export.exporter),
+        rejected: "otlp2",
     }
     TELEMETRY_ENDPOINT = "NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT" {
         doc: "OTLP endpoint URL. For HTTP, `/v1/metrics` is appended unless the path already ends with it \
@@ -204,6 +223,7 @@ variables! {
             accepted(endpoint, URLS).map(|v| c.export.endpoint = v)
         },
         show: |c| c.export.endpoint.clone(),
+        rejected: "localhost:4318",
     }
     TELEMETRY_BATCH_TIMEOUT_MS = "NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS" {
         doc: "Timeout of one export request (connect, send, answer). Also bounds the last `finalize` and the \
@@ -214,6 +234,7 @@ variables! {
         fallback: Standard,
         set: |c, s| millis_in(s, TIMEOUT_MILLIS).map(|v| c.export.timeout = v),
         show: |c| show_millis(c.export.timeout),
+        rejected: "-100",
     }
     EXPORT_FILE = "NCCL_PROFILER_OTEL_EXPORT_FILE" {
         doc: "Path of the `file` exporter, created (with its directories) or appended to, at the first `init`: a \
@@ -229,6 +250,7 @@ variables! {
             accepted(parse_file_pattern(s), valid).map(|v| c.export.file = v)
         },
         show: |c| c.export.file.clone(),
+        rejected: "out-%d.jsonl",
     }
     EXPORT_QUEUE = "NCCL_PROFILER_OTEL_EXPORT_QUEUE" {
         doc: "Export requests that may wait for the exporter thread (one is made per interval). When the \
@@ -240,6 +262,7 @@ variables! {
         fallback: Value(|c| c.export.queue = 8),
         set: |c, s| u32_in(s, 1..=1024).map(|v| c.export.queue = v),
         show: |c| show_u32(c.export.queue),
+        rejected: "0",
     }
     CARDINALITY_LIMIT = "NCCL_PROFILER_OTEL_CARDINALITY_LIMIT" {
         doc: "Attribute sets recorded per metric family before further ones go to the `otel.metric.overflow=true` \
@@ -249,6 +272,7 @@ variables! {
         fallback: Value(|c| c.export.cardinality_limit = 2000),
         set: |c, s| u32_in(s, 1..=1_000_000).map(|v| c.export.cardinality_limit = v),
         show: |c| show_u32(c.export.cardinality_limit),
+        rejected: "1e6",
     }
     DROP_METRICS = "NCCL_PROFILER_OTEL_DROP_METRICS" {
         doc: "Metric families that are not exported (neither aggregated nor sent), to keep a fleet's series \
@@ -265,6 +289,7 @@ variables! {
             parse_families(s).map(|v| c.export.dropped = v).ok_or_else(valid)
         },
         show: |c| show_families(&c.export.dropped),
+        rejected: "profiler",
     }
 }
 

@@ -11,7 +11,7 @@
 //! (two from copies of its file: `dlopen` of another file is another instance, with its own
 //! configuration): the churn instance on defaults (window capacity 100,000: real page use) with
 //! export off; the observed instance, exporting to an in-test OTLP receiver; and the library
-//! itself, started with every variable of [`VARS`] bad, what it logged kept for
+//! itself, started with every variable bad ([`vars`]), what it logged kept for
 //! [`bad_configuration_end_to_end`]. Tests take [`SERIAL`]: they measure process-wide RSS and
 //! threads.
 //!
@@ -42,61 +42,35 @@ use support::emulator::{self, H, Plugin, logger, pid, rss, ty};
 use support::otlp_receiver::{self as rx, Receiver};
 use support::shipped;
 
-/// What a variable accepts; the end-to-end check reads whether its values are secret or free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Bool,
-    /// Integer or decimal in a range.
-    Number,
-    /// One of a few words.
-    Word,
-    Url,
-    /// `k=v,…` list whose values are secrets (never echoed).
-    SecretPairs,
-    Pairs,
-    /// A file path pattern (`%h`, `%p`, `%r`, `%j`, `%%`).
-    PathPattern,
-    /// Any string is valid.
-    Free,
-}
-
-/// Every variable the plugin reads: its kind and the bad value the end-to-end run gives it (`None`
-/// for [`Kind::Free`]). Adding a variable to `config::ALL` or `config::STANDARD` needs one row here.
-const VARS: &[(&str, Kind, Option<&str>)] = &[
-    (config::ENABLE, Kind::Bool, Some("maybe")),
-    (config::TELEMETRY_ENABLE, Kind::Bool, Some("-1")),
-    (config::TELEMETRY_INTERVAL_SEC, Kind::Number, Some("1e999")),
-    (config::HANG_THRESHOLD_SEC, Kind::Number, Some("0.05")),
-    (config::LINEAR_REGRESSION_MODE, Kind::Word, Some("AVERAGE")),
-    (config::EVENT_MASK, Kind::Number, Some("0x10000")),
-    (config::KERNEL_CH_EVERY, Kind::Word, Some("0")),
-    (config::V7_EXTENSIONS, Kind::Word, Some("sometimes")),
-    (config::WINDOW_CAPACITY, Kind::Number, Some("99999999999999999999")),
-    (config::WINDOW_COUNT_TRIGGER, Kind::Number, Some("12abc")),
-    (config::EXPORTER, Kind::Word, Some("otlp2")),
-    (config::TELEMETRY_ENDPOINT, Kind::Url, Some("localhost:4318")),
-    (config::TELEMETRY_BATCH_TIMEOUT_MS, Kind::Number, Some("-100")),
-    (config::EXPORT_FILE, Kind::PathPattern, Some("out-%d.jsonl")),
-    (config::EXPORT_QUEUE, Kind::Number, Some("0")),
-    (config::CARDINALITY_LIMIT, Kind::Number, Some("1e6")),
-    (config::DROP_METRICS, Kind::Word, Some("profiler")),
-    (config::otel::ENDPOINT, Kind::Url, Some("ftp://collector:4318")),
-    (config::otel::METRICS_ENDPOINT, Kind::Url, Some("http://")),
-    (config::otel::HEADERS, Kind::SecretPairs, Some("authorization")),
-    (config::otel::METRICS_HEADERS, Kind::SecretPairs, Some("x=%zz")),
-    (config::otel::TIMEOUT, Kind::Number, Some("NaN")),
-    (config::otel::METRICS_TIMEOUT, Kind::Number, Some("60001")),
-    (config::otel::PROTOCOL, Kind::Word, Some("http/xml")),
-    (config::otel::METRICS_PROTOCOL, Kind::Word, Some("-1")),
-    (config::otel::TEMPORALITY, Kind::Word, Some("sometimes")),
-    (config::otel::RESOURCE_ATTRIBUTES, Kind::Pairs, Some("a b=c")),
-    (config::otel::SERVICE_NAME, Kind::Free, None),
-    (config::otel::COMPRESSION, Kind::Word, Some("zstd")),
-    (config::otel::METRICS_COMPRESSION, Kind::Word, Some("deflate")),
-    (config::otel::METRIC_EXPORT_INTERVAL, Kind::Number, Some("5s")),
-    (config::otel::SDK_DISABLED, Kind::Bool, Some("disabled")),
-    (config::otel::HISTOGRAM_AGGREGATION, Kind::Word, Some("exponential")),
+/// The standard variables the plugin reads, each with the bad value the end-to-end run gives it
+/// (`None`: any value is valid) and whether its values are secrets (never echoed). Ours come from
+/// their rows (`config::rejected`). Adding a variable to `config::STANDARD` needs one row here.
+const STANDARD_VARS: &[(&str, Option<&str>, bool)] = &[
+    (config::otel::ENDPOINT, Some("ftp://collector:4318"), false),
+    (config::otel::METRICS_ENDPOINT, Some("http://"), false),
+    (config::otel::HEADERS, Some("authorization"), true),
+    (config::otel::METRICS_HEADERS, Some("x=%zz"), true),
+    (config::otel::TIMEOUT, Some("NaN"), false),
+    (config::otel::METRICS_TIMEOUT, Some("60001"), false),
+    (config::otel::PROTOCOL, Some("http/xml"), false),
+    (config::otel::METRICS_PROTOCOL, Some("-1"), false),
+    (config::otel::TEMPORALITY, Some("sometimes"), false),
+    (config::otel::RESOURCE_ATTRIBUTES, Some("a b=c"), false),
+    (config::otel::SERVICE_NAME, None, false),
+    (config::otel::COMPRESSION, Some("zstd"), false),
+    (config::otel::METRICS_COMPRESSION, Some("deflate"), false),
+    (config::otel::METRIC_EXPORT_INTERVAL, Some("5s"), false),
+    (config::otel::SDK_DISABLED, Some("disabled"), false),
+    (config::otel::HISTOGRAM_AGGREGATION, Some("exponential"), false),
 ];
+
+/// Every variable the plugin reads, with its bad value and whether it is secret: ours from their
+/// rows, then [`STANDARD_VARS`].
+fn vars() -> impl Iterator<Item = (&'static str, Option<&'static str>, bool)> {
+    config::rejected()
+        .map(|(name, value)| (name, Some(value), false))
+        .chain(STANDARD_VARS.iter().copied())
+}
 
 /// RSS may exceed the post-warm-up baseline by this much after 1,000 communicators.
 const RSS_BOUND: u64 = 16 << 20;
@@ -130,7 +104,7 @@ const PREFIX: &str = "NCCL_PROFILER_OTEL: ";
 /// first `init`: the churn instance and the plugin linked into this binary with export off
 /// (`NCCL_PROFILER_OTEL_EXPORTER=none`, everything else default); the observed instance with
 /// export to an in-test receiver; then the shipped library itself with every variable of
-/// [`VARS`] bad.
+/// bad ([`vars`]).
 fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
     // A parking_lot mutex rather than a `OnceLock`: ThreadSanitizer sees its synchronisation.
     static SETUP: Mutex<Option<&'static Setup>> = Mutex::new(None);
@@ -153,7 +127,7 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
             let c = init(p, Some("lifecycle"), hash, 1, 2, 0);
             p.finalize(c.context);
         };
-        set(&mut VARS.iter().map(|(n, ..)| (*n, None)));
+        set(&mut vars().map(|(n, ..)| (n, None)));
         set(&mut [(config::EXPORTER, Some("none"))].into_iter());
         let plugin = Plugin::load_shipped_copy("lifecycle-churn");
         first_init(&plugin, 0x11FE_C0F1);
@@ -172,7 +146,7 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
         let observed = Plugin::load_shipped_copy("lifecycle-observed");
         first_init(&observed, 0x11FE_C0F3);
 
-        set(&mut VARS.iter().map(|(n, _, v)| (*n, *v)));
+        set(&mut vars().map(|(n, v, _)| (n, v)));
         let loaded = Plugin::load_shipped();
         let before = logger::lines().len();
         let (c, first_mask) = loaded.init(Some("bad-config"), 0xBAD_C0F1, 1, 2, 0);
@@ -496,19 +470,21 @@ fn unload_and_reload_of_the_shipped_library() {
     );
 }
 
-/// Every variable of `config::ALL` and `config::STANDARD` has a row in [`VARS`], and no row is stale.
+/// Every variable of `config::STANDARD` has a row in [`STANDARD_VARS`], and no row is stale.
 #[test]
-fn every_variable_has_a_row() {
+fn every_standard_variable_has_a_row() {
     let _serial = SERIAL.lock(); // no test may end while another counts threads
-    let read: Vec<&str> = config::ALL.iter().chain(config::STANDARD.iter()).copied().collect();
-    for name in &read {
+    for name in config::STANDARD {
         assert!(
-            VARS.iter().any(|(n, ..)| n == name),
-            "{name} has no row in VARS: add one"
+            STANDARD_VARS.iter().any(|(n, ..)| *n == name),
+            "{name} has no row in STANDARD_VARS: add one"
         );
     }
-    for (name, ..) in VARS {
-        assert!(read.contains(name), "{name} is no longer read: remove its row");
+    for (name, ..) in STANDARD_VARS {
+        assert!(
+            config::STANDARD.contains(name),
+            "{name} is no longer read: remove its row"
+        );
     }
 }
 
@@ -525,14 +501,14 @@ fn bad_configuration_end_to_end() {
         "the default activation mask (and what the ABI version adds)"
     );
     // What a process gets with our variables unset (launcher variables still count).
-    let ours = |name: &str| VARS.iter().any(|(n, ..)| *n == name);
+    let ours = |name: &str| vars().any(|(n, ..)| n == name);
     let expected = Config::from_lookup(|name| if ours(name) { None } else { std::env::var(name).ok() }).0;
     assert_eq!(
         s.described.as_deref(),
         Some(expected.describe().as_str()),
         "every setting at its default"
     );
-    for &(name, kind, value) in VARS {
+    for (name, value, secret) in vars() {
         let hits: Vec<&String> = s
             .warnings
             .iter()
@@ -549,7 +525,7 @@ fn bad_configuration_end_to_end() {
             s.warnings
         );
         let w = hits[0];
-        if kind != Kind::SecretPairs {
+        if !secret {
             assert!(w.starts_with(&format!("{name}='{value}'")), "names the value: {w}");
         }
         assert!(
