@@ -8,8 +8,10 @@
 //! features, in a target directory of its own (`<target dir>/shipped`): the library's cdylib and
 //! rlib file names carry no feature hash, so a release build with the test features (`cargo test
 //! --release`, `cargo bench`) would overwrite the same files in `<target dir>/release` and a later
-//! nested build would find them up to date. A test executable built for an explicit `--target` (the sanitizer runs)
-//! builds it for that target too, so `RUSTFLAGS` reach neither build scripts nor proc macros.
+//! nested build would find them up to date. A test executable built for an explicit `--target`
+//! (the sanitizer runs) takes the instrumented library its own build made next to it instead:
+//! those runs check memory and races, which the test features do not change, and an instrumented
+//! build is no shipped one.
 //!
 //! Called on: test threads; the build runs once, under a `OnceLock`.
 #![allow(dead_code)]
@@ -53,15 +55,17 @@ pub fn shipped_library() -> PathBuf {
 fn build() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let (target_dir, target) = layout();
+    if target.is_some() {
+        let built = super::emulator::built_library().unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("shipped library: a sanitizer run, the instrumented {}", built.display());
+        return built;
+    }
     let mut cmd = Command::new(&cargo);
     cmd.current_dir(MANIFEST_DIR)
         .args(["build", "--release", "--lib", "--manifest-path"])
         .arg(Path::new(MANIFEST_DIR).join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir.join("shipped"));
-    if let Some(t) = &target {
-        cmd.args(["--target", t]);
-    }
     eprintln!("shipped library: {cmd:?}");
     let t0 = Instant::now();
     let out = cmd
@@ -73,11 +77,10 @@ fn build() -> PathBuf {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let dir = match &target {
-        Some(t) => target_dir.join("shipped").join(t),
-        None => target_dir.join("shipped"),
-    };
-    let path = dir.join("release").join("libnccl_profiler_otel.so");
+    let path = target_dir
+        .join("shipped")
+        .join("release")
+        .join("libnccl_profiler_otel.so");
     assert!(path.exists(), "cargo built no {}", path.display());
     eprintln!("shipped library: {} ({:.1?})", path.display(), t0.elapsed());
     path
