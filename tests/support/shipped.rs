@@ -53,13 +53,13 @@ pub fn shipped_library() -> PathBuf {
 }
 
 fn build() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let (target_dir, target) = layout();
     if target.is_some() {
         let built = super::emulator::built_library().unwrap_or_else(|e| panic!("{e}"));
         eprintln!("shipped library: a sanitizer run, the instrumented {}", built.display());
         return built;
     }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let mut cmd = Command::new(&cargo);
     cmd.current_dir(MANIFEST_DIR)
         .args(["build", "--release", "--lib", "--manifest-path"])
