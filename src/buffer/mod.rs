@@ -3,5 +3,7 @@
 //! ([`sync`]). Knows records, nothing of communicators or aggregation.
 
 pub mod arena;
+#[cfg(all(test, nccl_loom))]
+mod loom;
 pub mod sync;
 pub mod window;

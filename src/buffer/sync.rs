@@ -1,6 +1,6 @@
 //! Atomics and `UnsafeCell` for the lock-free window and a communicator's routing: `std`'s, or
 //! `loom`'s under `cfg(nccl_loom)` (our own cfg name: tokio changes behaviour under the usual
-//! `cfg(loom)`, which reaches every crate) so the loom models (`tests/loom_window.rs`, the
+//! `cfg(loom)`, which reaches every crate) so the loom models (`buffer::loom`, the
 //! window; `comm::loom`, the producers' routing) explore every interleaving of the same code.
 #![forbid(unsafe_code)]
 

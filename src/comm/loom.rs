@@ -4,7 +4,7 @@
 //! the window it replaced and arms the next. Whatever the interleaving: nothing is dropped while
 //! a window has room, every handle names the window and slot holding its start, every stop lands
 //! once, and one window is current and FILLING.
-//! Run: `RUSTFLAGS="--cfg nccl_loom" cargo test --release --lib comm::loom`.
+//! Run: `bash .ci/loom.sh`.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 use std::time::Duration;

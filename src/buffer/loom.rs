@@ -2,13 +2,13 @@
 //! scans, closes, seals, reads (giving up on slots not yet published, as `Comm::process` does),
 //! drains, resets and reopens it, and a producer may still claim after the reopen. Loom reports
 //! any concurrent access to a slot's `UnsafeCell`.
-//! Run: `RUSTFLAGS="--cfg nccl_loom" cargo test --release --test loom_window`.
-#![cfg(nccl_loom)]
+//! Run: `bash .ci/loom.sh`.
 
 use loom::sync::Arc;
 use loom::thread;
-use nccl_profiler_otel::buffer::window::{Claim, Entry, Window, WindowState, Windows};
-use nccl_profiler_otel::record::Body;
+
+use super::window::{Claim, Entry, Window, WindowState, Windows};
+use crate::record::Body;
 
 /// Pushes the record `id` into lane 0.
 fn push(w: &Window, id: u64) -> Option<Claim> {
