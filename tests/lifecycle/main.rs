@@ -350,11 +350,13 @@ fn a_thousand_communicators_in_waves_leak_neither_memory_nor_threads() {
         slots1 <= 4 * 10 + 4,
         "{slots1} slots allocated for at most 40 live communicators"
     );
-    assert_eq!(
-        threads1.len(),
-        threads0.len(),
-        "no thread leaked: {threads0:?} -> {threads1:?}"
-    );
+    // A thread an earlier test started may still be ending (slowly under a sanitizer): a leak
+    // is a name more often alive after the waves than before them.
+    let started: Vec<&String> = threads1
+        .iter()
+        .filter(|t| threads1.iter().filter(|u| u == t).count() > threads0.iter().filter(|u| u == t).count())
+        .collect();
+    assert!(started.is_empty(), "no thread leaked: {threads0:?} -> {threads1:?}");
     assert_eq!(
         threads1.iter().filter(|t| t.starts_with("nccl-otel")).count(),
         threads0.iter().filter(|t| t.starts_with("nccl-otel")).count(),
