@@ -27,6 +27,7 @@ mod support {
     pub mod prom;
 }
 
+mod hangs;
 mod prometheus;
 
 use std::collections::BTreeMap;
