@@ -267,10 +267,8 @@ impl Flight {
                     self.steps.insert(id, (parent, POSTED));
                 }
             }
-            Body::RecvStep { parent, step } => {
-                if self.ops.contains_key(&parent) {
-                    self.recv_steps.insert(id, (parent, step));
-                }
+            Body::RecvStep { parent, step } if self.ops.contains_key(&parent) => {
+                self.recv_steps.insert(id, (parent, step));
             }
             Body::GpuWait => {
                 if let Some((op, step)) = self.recv_steps.get(&id)

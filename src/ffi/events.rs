@@ -95,8 +95,20 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             };
             let parent_handle = parent.encode();
             let (kind, body) = match parent.kind() {
-                Kind::RecvOp => (Kind::RecvStep, Body::RecvStep { parent: parent_handle, step }),
-                _ => (Kind::ProxyStep, Body::ProxyStep { parent: parent_handle, step }),
+                Kind::RecvOp => (
+                    Kind::RecvStep,
+                    Body::RecvStep {
+                        parent: parent_handle,
+                        step,
+                    },
+                ),
+                _ => (
+                    Kind::ProxyStep,
+                    Body::ProxyStep {
+                        parent: parent_handle,
+                        step,
+                    },
+                ),
             };
             comm.start(id, kind, Some(parent), UNTIMED, body)
         }
@@ -492,10 +504,7 @@ pub(super) fn record_event_state<A: StateArgs>(
             bindings::ncclProfilerProxyStepSendGPUWait
             | bindings::ncclProfilerProxyStepRecvWait..=bindings::ncclProfilerProxyStepRecvGPUWait,
         )
-        | (
-            Kind::RecvStep,
-            bindings::ncclProfilerProxyStepRecvWait | bindings::ncclProfilerProxyStepRecvFlushWait,
-        )
+        | (Kind::RecvStep, bindings::ncclProfilerProxyStepRecvWait | bindings::ncclProfilerProxyStepRecvFlushWait)
         | (
             Kind::ProxyOp,
             bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone

@@ -70,7 +70,11 @@ fn legacy(release: &str) {
     for (rank, what) in [(0, "peer 1 not ready to receive"), (1, "unknown"), (2, "unknown")] {
         let line = format!("hang: communicator {HASH:#x} '' rank {rank}: AllReduce seq 1");
         let lines: Vec<&str> = text.lines().filter(|l| l.contains(&line)).collect();
-        assert_eq!(lines.len(), 1, "NCCL {release}, rank {rank}: one line {line:?}: {lines:?}");
+        assert_eq!(
+            lines.len(),
+            1,
+            "NCCL {release}, rank {rank}: one line {line:?}: {lines:?}"
+        );
         assert!(lines[0].contains(what), "NCCL {release}, rank {rank}: {}", lines[0]);
     }
 }
@@ -149,7 +153,10 @@ fn child() {
             .unwrap_or_else(|| panic!("{case}: rank {rank} never named {wait} {peer:?}: {stuck:?}"));
         let after = first.0.duration_since(began).unwrap_or_default();
         eprintln!("{case}: rank {rank}: {wait} {peer:?} exported {after:?} after the stall began");
-        assert!(first.0 < deadline, "{case}: rank {rank} named it {after:?} after the stall began");
+        assert!(
+            first.0 < deadline,
+            "{case}: rank {rank} named it {after:?} after the stall began"
+        );
         assert!(
             stuck.iter().all(|(_, a, ..)| named(a)),
             "{case}: rank {rank} also named something else: {stuck:?}"
@@ -160,7 +167,8 @@ fn child() {
     for rank in [0, 2] {
         let own = series(&reqs, "nccl.progress.hang.stuck", HASH, rank);
         assert!(
-            own.iter().all(|(_, a, ..)| !matches!(a["nccl.wait"].as_str(), "gpu" | "proxy")),
+            own.iter()
+                .all(|(_, a, ..)| !matches!(a["nccl.wait"].as_str(), "gpu" | "proxy")),
             "{case}: rank {rank} reports itself stuck: {own:?}"
         );
     }

@@ -895,7 +895,11 @@ impl<'a> Proxy<'a> {
                     }
                 }
                 // A stopped GPU produces nothing ([`Options::gpu_stall`]).
-                let frozen = self.opts.gpu_stall.as_ref().and_then(|g| g.frozen(self.world, truth.iteration));
+                let frozen = self
+                    .opts
+                    .gpu_stall
+                    .as_ref()
+                    .and_then(|g| g.frozen(self.world, truth.iteration));
                 if let Some((_, until)) = frozen.filter(|(since, _)| s.dep.is_none() && s.ready > *since) {
                     s.ready = s.ready.max(until);
                     s.next_peer_wait = s.next_peer_wait.max(s.ready);
