@@ -50,9 +50,9 @@ const CEILINGS: [(&str, u64); 19] = [
     ("kernel stop state", 135),
     ("kernel stop", 100),
     ("recv op start", 285),
-    ("recv step start", 215),
-    ("recv step gpu wait", 190),
-    ("recv step stop", 120),
+    ("recv step start", 180),
+    ("recv step gpu wait", 150),
+    ("recv step stop", 100),
     ("recv op stop", 105),
 ];
 

@@ -85,33 +85,11 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     };
     match d.event_type() {
         PROXY_OP => start_proxy_op(owner, context, d),
-        PROXY_STEP => {
-            let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp, Kind::RecvOp]) else {
-                return declined();
-            };
-            let (id, comm) = live(owner, parent.comm_slot())?;
-            let Some(step) = d.proxy_step() else {
-                return declined(); // v1–v3: no bytes in their states
-            };
-            let parent_handle = parent.encode();
-            let (kind, body) = match parent.kind() {
-                Kind::RecvOp => (
-                    Kind::RecvStep,
-                    Body::RecvStep {
-                        parent: parent_handle,
-                        step,
-                    },
-                ),
-                _ => (
-                    Kind::ProxyStep,
-                    Body::ProxyStep {
-                        parent: parent_handle,
-                        step,
-                    },
-                ),
-            };
-            comm.start(id, kind, Some(parent), UNTIMED, body)
-        }
+        PROXY_STEP => match Handle::decode(d.parent()).map(|p| (p, p.kind())) {
+            Some((parent, Kind::ProxyOp)) => start_step::<D, false>(owner, parent, d),
+            Some((parent, Kind::RecvOp)) => start_step::<D, true>(owner, parent, d),
+            _ => declined(),
+        },
         KERNEL_CH => {
             let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
                 return declined();
@@ -190,6 +168,32 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             local(owner, context)?;
             unknown_type()
         }
+    }
+}
+
+/// A ProxyStep start under our send (`RECV` false) or receive ProxyOp `parent`: each call site
+/// puts its own body in the proxy lane. Declined on v1–v3 (no bytes in their states; their
+/// receive steps would lose stops on 2.24–2.26).
+#[inline(always)]
+fn start_step<D: Descriptor, const RECV: bool>(owner: &Owner, parent: Handle, d: &D) -> Option<u64> {
+    let (id, comm) = live(owner, parent.comm_slot())?;
+    let Some(step) = d.proxy_step() else {
+        STATS.declined.incr();
+        return None;
+    };
+    let parent_handle = parent.encode();
+    if RECV {
+        let body = Body::RecvStep {
+            parent: parent_handle,
+            step,
+        };
+        comm.start(id, Kind::RecvStep, Some(parent), UNTIMED, body)
+    } else {
+        let body = Body::ProxyStep {
+            parent: parent_handle,
+            step,
+        };
+        comm.start(id, Kind::ProxyStep, Some(parent), UNTIMED, body)
     }
 }
 

@@ -20,7 +20,6 @@ use nccl_profiler_otel::stats::STATS;
 
 use super::support::emulator::release::{self, Release};
 use super::support::emulator::{Call, CommSpec, GpuStall, Link, Network, Plugin, Stall, Workload, logger};
-use super::support::export as sx;
 use super::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
 use super::support::process;
 use super::{decode, episodes, series};
@@ -88,20 +87,8 @@ fn child() {
     }
     let case = std::env::var(CASE).unwrap();
     let dir = std::env::temp_dir().join(format!("nccl-otel-hangs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pattern = dir.join("out-%p.jsonl");
-    let (interval, threshold) = (INTERVAL.to_string(), THRESHOLD.to_string());
     // SAFETY: this process's only test, before its first `init`.
-    unsafe {
-        sx::base_env(&[
-            ("NCCL_PROFILER_OTEL_EXPORTER", "file"),
-            ("NCCL_PROFILER_OTEL_EXPORT_FILE", pattern.to_str().unwrap()),
-            ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", interval.as_str()),
-            ("NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC", threshold.as_str()),
-            ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "100000"),
-            ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "50000"),
-        ]);
-    }
+    let path = unsafe { super::export_to(&dir, INTERVAL, THRESHOLD, &[]) };
     let gpu = case == "gpu";
     release::set(if gpu {
         Release::V2_30_7
@@ -123,14 +110,13 @@ fn child() {
     let (stuck, began) = if gpu {
         let stall = GpuStall::new(1, 1, 3, hold);
         workload.options(|o| o.gpu_stall = Some(stall.clone())).run(&p);
-        (stall.rank, stall.began().expect("rank 1's GPU stopped").1)
+        (stall.0.rank, stall.began().expect("rank 1's GPU stopped").1)
     } else {
         let stall = Stall::new(1, 1, 3, hold);
         workload.options(|o| o.stall = Some(stall.clone())).run(&p);
         (stall.rank, stall.began().expect("rank 1 stopped posting").1)
     };
     assert_eq!(stuck, 1);
-    let path = dir.join(format!("out-{}.jsonl", std::process::id()));
     let reqs = decode(&std::fs::read_to_string(&path).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
 

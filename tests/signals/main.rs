@@ -31,6 +31,7 @@ mod hangs;
 mod prometheus;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -127,24 +128,41 @@ fn average(d: &[Duration]) -> f64 {
     d.iter().map(Duration::as_secs_f64).sum::<f64>() / d.len() as f64
 }
 
+/// Points the plugin's `file` exporter into `dir` (created), with this export interval and hang
+/// threshold (seconds) and the variables `extra`; returns the file this process writes.
+///
+/// # Safety
+/// Before the process's first `init`, with no other thread reading the environment.
+unsafe fn export_to(dir: &Path, interval: f64, threshold: f64, extra: &[(&str, &str)]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let pattern = dir.join("out-%p.jsonl");
+    let (interval, threshold) = (interval.to_string(), threshold.to_string());
+    let vars = [
+        ("NCCL_PROFILER_OTEL_EXPORTER", "file"),
+        ("NCCL_PROFILER_OTEL_EXPORT_FILE", pattern.to_str().unwrap()),
+        ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", interval.as_str()),
+        ("NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC", threshold.as_str()),
+        ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "100000"),
+        ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "50000"),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().chain(extra).copied().collect();
+    // SAFETY: the caller's promise.
+    unsafe { sx::base_env(&vars) };
+    dir.join(format!("out-{}.jsonl", std::process::id()))
+}
+
 #[test]
 fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pattern = dir.join("out-%p.jsonl");
-    let (interval, threshold) = (INTERVAL.to_string(), THRESHOLD.to_string());
-    // SAFETY: the only test of this binary, before its first `init`.
-    unsafe {
-        sx::base_env(&[
-            ("NCCL_PROFILER_OTEL_EXPORTER", "file"),
-            ("NCCL_PROFILER_OTEL_EXPORT_FILE", pattern.to_str().unwrap()),
-            ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", interval.as_str()),
-            ("NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC", threshold.as_str()),
-            ("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1"),
-            ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "100000"),
-            ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "50000"),
-        ]);
-    }
+    // SAFETY: the only test of this binary that runs in this process, before its first `init`.
+    let path = unsafe {
+        export_to(
+            &dir,
+            INTERVAL,
+            THRESHOLD,
+            &[("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1")],
+        )
+    };
     release::set(Release::V2_31_2);
     let p = Plugin::in_process();
     let mut scenarios = Vec::new();
@@ -206,7 +224,6 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let slow = start("(c) slow link", 0x5104_0102);
     ring("slowlink", slow, 4 << 20, 400, net(5.0).slow_link(1, 2, 4.0)).run(&p);
 
-    let path = dir.join(format!("out-{}.jsonl", std::process::id()));
     let reqs = decode(&std::fs::read_to_string(&path).unwrap());
     sx::check_documented(&reqs);
 

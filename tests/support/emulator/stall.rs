@@ -129,68 +129,55 @@ impl Stall {
     }
 }
 
-/// See the module documentation.
+/// See the module documentation: a [`Stall`] of the GPU (its `after` counts receive steps the
+/// GPU consumes before it stops; the stop begins when step `after` arrives).
 #[derive(Clone, Debug)]
-pub struct GpuStall {
-    /// World rank whose GPU stops.
-    pub rank: usize,
-    /// The iteration whose collective it stops in.
-    pub iteration: usize,
-    /// Receive steps of each of its receive ops in that collective the GPU consumes before it
-    /// stops: the stop begins when step `after` arrives.
-    pub after: usize,
-    /// How long the GPU stays stopped.
-    pub hold: Duration,
-    began: Arc<Mutex<Option<(Instant, SystemTime)>>>,
-}
+pub struct GpuStall(pub Stall);
 
 impl GpuStall {
     pub fn new(rank: usize, iteration: usize, after: usize, hold: Duration) -> GpuStall {
-        GpuStall {
-            rank,
-            iteration,
-            after,
-            hold,
-            began: Arc::default(),
-        }
+        GpuStall(Stall::new(rank, iteration, after, hold))
     }
 
     /// When the GPU stopped (emulator clock and wall clock).
     pub fn began(&self) -> Option<(Instant, SystemTime)> {
-        *self.began.lock().unwrap()
+        self.0.began()
     }
 
     /// Receive step `k` of world rank `world` in the collective of `iteration` arrived now: when
     /// its GPU consumes it at the earliest (`None`: as usual). The stalled rank's step `after`
     /// stops the GPU.
     pub(crate) fn consumed_after(&self, world: usize, iteration: usize, k: usize) -> Option<Instant> {
-        if world != self.rank || iteration != self.iteration || k < self.after {
+        let s = &self.0;
+        if world != s.rank || iteration != s.iteration || k < s.after {
             return None;
         }
-        let mut began = self.began.lock().unwrap();
+        let mut began = s.began.lock().unwrap();
         let (t, _) = *began.get_or_insert((Instant::now(), SystemTime::now()));
-        Some(t + self.hold)
+        Some(t + s.hold)
     }
 
     /// While (or once) world rank `world`'s GPU is stopped in `iteration`: (since, until). Data
     /// it would produce after `since` is ready at `until` at the earliest.
     pub(crate) fn frozen(&self, world: usize, iteration: usize) -> Option<(Instant, Instant)> {
-        if world != self.rank || iteration != self.iteration {
+        let s = &self.0;
+        if world != s.rank || iteration != s.iteration {
             return None;
         }
-        let (t, _) = (*self.began.lock().unwrap())?;
-        Some((t, t + self.hold))
+        let (t, _) = s.began()?;
+        Some((t, t + s.hold))
     }
 
     /// Whether step `k` of a receive (`recv`) op of world rank `world` from world rank `peer`, in
     /// the collective of `iteration`, is held: the stalled rank sends nothing past its step
     /// `after` (which forwards the last data its GPU consumed) until its GPU resumes.
     pub(crate) fn held(&self, world: usize, peer: usize, iteration: usize, k: usize, recv: bool) -> Held {
-        if !recv || world == self.rank || peer != self.rank || iteration != self.iteration || k <= self.after {
+        let s = &self.0;
+        if !recv || world == s.rank || peer != s.rank || iteration != s.iteration || k <= s.after {
             return Held::No;
         }
-        match *self.began.lock().unwrap() {
-            Some((t, _)) if Instant::now() < t + self.hold => Held::Until(t + self.hold),
+        match s.began() {
+            Some((t, _)) if Instant::now() < t + s.hold => Held::Until(t + s.hold),
             Some(_) => Held::No,
             None => Held::Unknown,
         }
