@@ -76,12 +76,7 @@ fn decode(text: &str) -> Vec<ExportMetricsServiceRequest> {
 }
 
 /// Every point of `name` of communicator `hash`, rank `rank`: (time, attributes, value, count).
-fn series(
-    reqs: &[ExportMetricsServiceRequest],
-    name: &str,
-    hash: u64,
-    rank: i32,
-) -> Vec<(SystemTime, BTreeMap<String, String>, f64, u64)> {
+fn series(reqs: &[ExportMetricsServiceRequest], name: &str, hash: u64, rank: i32) -> Points {
     let (hash, rank) = (format!("{hash:#x}"), rank.to_string());
     metrics(reqs)
         .into_iter()
@@ -90,6 +85,31 @@ fn series(
         .filter(|p| p.attrs["nccl.comm.hash"] == hash && p.attrs["nccl.rank"] == rank)
         .map(|p| (UNIX_EPOCH + Duration::from_nanos(p.time), p.attrs, p.value, p.count))
         .collect()
+}
+
+/// Points of one series: (time, attributes, value, count).
+type Points = Vec<(SystemTime, BTreeMap<String, String>, f64, u64)>;
+
+/// The `hang.stuck` points of `rank` of communicator `hash`, which name only `wait` and `peer`
+/// (`nccl.wait`, `nccl.peer`), and when they first did above 0.
+fn stuck_on(
+    reqs: &[ExportMetricsServiceRequest],
+    hash: u64,
+    rank: i32,
+    (wait, peer): (&str, Option<&str>),
+) -> (SystemTime, Points) {
+    let stuck = series(reqs, "nccl.progress.hang.stuck", hash, rank);
+    let named = |a: &BTreeMap<String, String>| a["nccl.wait"] == wait && a.get("nccl.peer").map(String::as_str) == peer;
+    let first = stuck
+        .iter()
+        .find(|(_, a, v, _)| *v > 0.0 && named(a))
+        .unwrap_or_else(|| panic!("{hash:#x} rank {rank} never named {wait} {peer:?}: {stuck:?}"))
+        .0;
+    assert!(
+        stuck.iter().all(|(_, a, ..)| named(a)),
+        "{hash:#x} rank {rank} also named something else: {stuck:?}"
+    );
+    (first, stuck)
 }
 
 fn episodes(reqs: &[ExportMetricsServiceRequest], hash: u64, rank: i32) -> f64 {
@@ -244,25 +264,15 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let deadline = began + Duration::from_secs_f64(THRESHOLD + 2.0 * INTERVAL);
     let expected = [(0, "peer", Some("1")), (2, "recv", Some("1")), (1, "proxy", None)];
     for (rank, wait, peer) in expected {
-        let stuck = series(&reqs, "nccl.progress.hang.stuck", stalled, rank);
-        let named =
-            |a: &BTreeMap<String, String>| a["nccl.wait"] == wait && a.get("nccl.peer").map(String::as_str) == peer;
-        let first = stuck
-            .iter()
-            .find(|(_, a, v, _)| *v > 0.0 && named(a))
-            .unwrap_or_else(|| panic!("rank {rank} never named {wait} {peer:?}: {stuck:?}"));
-        let after = first.0.duration_since(began).unwrap_or_default();
+        let (first, stuck) = stuck_on(&reqs, stalled, rank, (wait, peer));
+        let after = first.duration_since(began).unwrap_or_default();
         eprintln!("(a) rank {rank}: {wait} {peer:?} exported {after:?} after the stall began");
         assert!(
-            first.0 <= deadline,
+            first <= deadline,
             "rank {rank}: detected {after:?} after the stall began"
         );
         assert!(
-            stuck.iter().all(|(_, a, ..)| named(a)),
-            "rank {rank} also named something else: {stuck:?}"
-        );
-        assert!(
-            stuck.iter().any(|(t, _, v, _)| *v == 0.0 && *t > first.0),
+            stuck.iter().any(|(t, _, v, _)| *v == 0.0 && *t > first),
             "rank {rank}: the stuck series did not return to 0: {stuck:?}"
         );
         assert_eq!(episodes(&reqs, stalled, rank), 1.0, "rank {rank}");
@@ -271,14 +281,12 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
         assert!(
             oldest
                 .iter()
-                .any(|(t, a, v, _)| same_export(*t, first.0) && *v == 2.0 && a["nccl.func"] == "AllReduce"),
+                .any(|(t, a, v, _)| same_export(*t, first) && *v == 2.0 && a["nccl.func"] == "AllReduce"),
             "rank {rank}: the stuck AllReduce is seqNumber 2: {oldest:?}"
         );
         let completed = series(&reqs, "nccl.progress.completed.seq", stalled, rank);
         assert!(
-            completed
-                .iter()
-                .any(|(t, _, v, _)| same_export(*t, first.0) && *v == 1.0),
+            completed.iter().any(|(t, _, v, _)| same_export(*t, first) && *v == 1.0),
             "rank {rank}: seqNumber 1 completed last: {completed:?}"
         );
     }
