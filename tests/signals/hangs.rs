@@ -29,11 +29,10 @@ const INTERVAL: f64 = 0.1;
 const THRESHOLD: f64 = 0.5;
 const HASH: u64 = 0x4A46_0001;
 
-/// Runs case `case` in a child process and returns what it wrote (stdout and stderr). One child
-/// at a time: the cases run beside this binary's other test.
+/// Runs case `case` in a child process and returns what it wrote (stdout and stderr), one job of
+/// this binary at a time.
 fn parent(case: &str) -> String {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = super::serial();
     let out = process::child(module_path!(), "child", CASE, case).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     eprintln!("{text}");
