@@ -48,7 +48,8 @@ pub const MAX_ROOTS: usize = 1 << 16;
 pub enum Wait {
     /// A transfer to the peer was handed to the network and has not completed (SendWait, no stop).
     Network,
-    /// The GPU's data is ready but the peer is not ready to receive (SendPeerWait, no SendWait).
+    /// The GPU's data is ready but the peer is not ready to receive (SendPeerWait, no SendWait;
+    /// ABI v1–v3: SendRemFifoWait, not transmitted).
     Peer,
     /// Data from the peer: a progressing receive from it has not completed, nothing it sent is
     /// waiting for the GPU, and the channel's sends wait for the GPU (which waits for that data).
@@ -284,7 +285,7 @@ impl Flight {
             Body::OpBytes { mark, .. } => {
                 if let Some(op) = self.ops.get_mut(&id) {
                     match mark {
-                        Mark::Sent | Mark::SentBefore => (op.fifo_wait, op.on_net) = (false, op.on_net + 1),
+                        Mark::Sent | Mark::SentBefore => (op.fifo_wait, op.on_net) = (false, op.on_net.saturating_add(1)),
                         Mark::Done => op.on_net = op.on_net.saturating_sub(1),
                         Mark::Base => {}
                     }

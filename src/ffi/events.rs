@@ -279,10 +279,11 @@ fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
 
 /// A ProxyOp start. A receive op is recorded only under one of our Coll/P2p (a collective ends
 /// when its last op of either direction stops), as kind [`Kind::RecvOp`] so that its steps are
-/// told from send steps by their parent's kind alone. A PXN op (pid not ours, or a context another process
-/// tagged: PID namespaces let PIDs coincide) carries another process's context and parent:
-/// neither is decoded as ours; a send is attributed to our communicator with the same hash, under
-/// the originating rank (v4+: v1–v3 contexts know no hash); a receive is declined.
+/// told from send steps by their parent's kind alone. A PXN op (pid not ours, or a context
+/// another process tagged: PID namespaces let PIDs coincide) carries another process's context
+/// and parent: neither is decoded as ours; a send is attributed to our communicator with the
+/// same hash, under the originating rank (v4+: v1–v3 contexts know no hash); a receive is
+/// declined.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
     let tagged_elsewhere = Context::decode(context).is_some_and(|c| !c.is_ours());
