@@ -196,6 +196,9 @@ struct Op {
     /// Receive op: the highest step index + 1 that reached RecvGPUWait, and that stopped.
     arrived: i64,
     consumed: i64,
+    /// ABI v1–v3 receive op: transfers posted and received so far (RecvPosted, RecvReceived).
+    posted: i32,
+    received: i32,
 }
 
 const POSTED: usize = 0;
@@ -282,6 +285,12 @@ impl Flight {
                 Some(op) => op.fifo_wait = true,
                 None => self.step_to(id, PEER_WAIT),
             },
+            Body::RecvCount { received, steps } => {
+                if let Some(op) = self.ops.get_mut(&id) {
+                    let count = if received { &mut op.received } else { &mut op.posted };
+                    *count = (*count).max(steps);
+                }
+            }
             Body::OpBytes { mark, .. } => {
                 if let Some(op) = self.ops.get_mut(&id) {
                     match mark {
@@ -505,19 +514,24 @@ impl Flight {
 /// What a channel with the open send op `send`, progressing receive `recv` and open kernel
 /// (`kernel`) waits for; `None` when nothing of it is open.
 fn wait(send: Option<&Op>, recv: Option<&Op>, kernel: bool) -> Option<(Wait, Option<i32>)> {
-    let from = recv.map(|r| r.peer);
+    // v1–v3: every receive posted has arrived, so the channel waits for nothing from the peer.
+    let received = |r: &&Op| r.posted > 0 && r.received >= r.posted;
+    let from = recv.filter(|r| !received(r)).map(|r| r.peer);
     // Data the peer sent waits for the GPU: the GPU is stuck, not the peer.
     let gpu_holds = recv.is_some_and(|r| r.arrived > r.consumed);
+    // v1–v3 (no send steps): a receive posted and not arrived says what the channel waits for.
+    let awaited = recv.is_some_and(|r| r.posted > r.received);
     Some(match send {
         Some(s) if s.at[SENT] > 0 || s.on_net > 0 => (Wait::Network, Some(s.peer)),
         Some(s) if s.at[PEER_WAIT] > 0 || s.fifo_wait => (Wait::Peer, Some(s.peer)),
-        Some(s) if s.at[POSTED] == 0 && s.steps == 0 => (Wait::Unknown, None),
-        Some(s) if s.at[POSTED] == 0 => (Wait::Proxy, None),
+        Some(s) if s.steps == 0 && !awaited => (Wait::Unknown, None),
+        Some(s) if s.steps > 0 && s.at[POSTED] == 0 => (Wait::Proxy, None),
         _ if gpu_holds => (Wait::Gpu, None),
         Some(_) if from.is_some() => (Wait::Recv, from),
         Some(_) => (Wait::Gpu, None),
         None if from.is_some() => (Wait::Recv, from),
         None if kernel => (Wait::Gpu, None),
+        None if recv.is_some() => (Wait::Unknown, None),
         None => return None,
     })
 }

@@ -447,7 +447,7 @@ pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -
 /// the RecvGPUWait of a receive step, KernelChStop and KernelPhaseStop (GPU stop times), a
 /// receive op's InProgress (it will stop) and, on ABI v1–v3 (`abi`), a send op's transfer edges
 /// with its byte total ([`legacy::mark`]) and the first SendRemFifoWait of each of its
-/// transfers (as a PeerWait). Other states NCCL defines for the event's type are ignored before
+/// transfers (as a PeerWait), and a receive op's RecvPosted and RecvReceived counts. Other states NCCL defines for the event's type are ignored before
 /// the communicator is looked up (no shared read or write, stale or not); unknown ones are
 /// counted.
 pub(super) fn record_event_state<A: StateArgs>(
@@ -477,6 +477,18 @@ pub(super) fn record_event_state<A: StateArgs>(
         }
         (Kind::RecvStep, bindings::ncclProfilerProxyStepRecvGPUWait) => (clock::now(), Some(Body::GpuWait)),
         (Kind::RecvOp, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
+        (Kind::RecvOp, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
+            if abi <= 3 =>
+        {
+            let received = state == bindings::ncclProfilerProxyOpRecvReceived;
+            (
+                ts,
+                args.map(|a| Body::RecvCount {
+                    received,
+                    steps: a.steps(),
+                }),
+            )
+        }
         (Kind::ProxyOp, bindings::ncclProfilerProxyOpSendRemFifoWait) if abi <= 3 => {
             // The peer has not posted the receive: the wait of v4's SendPeerWait.
             match args {

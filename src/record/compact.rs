@@ -50,6 +50,7 @@ const CLAIM: u8 = 12;
 const STOP: u8 = 13;
 const RECV_STEP: u8 = 14;
 const GPU_WAIT: u8 = 15;
+const RECV_COUNT: u8 = 16;
 
 const MARKS: [Mark; 4] = [Mark::Base, Mark::Sent, Mark::SentBefore, Mark::Done];
 
@@ -84,6 +85,7 @@ impl Compact {
             } => start(KERNEL_PHASE, phase, 0, parent, gpu_start)?,
             Body::PeerWait => timed(PEER_WAIT, 0, 0)?,
             Body::GpuWait => timed(GPU_WAIT, 0, 0)?,
+            Body::RecvCount { received, steps } => timed(RECV_COUNT, u8::from(received), u64::from(steps as u32))?,
             Body::SendWait { bytes } => timed(SEND_WAIT, 0, bytes)?,
             Body::OpBytes { mark, total } => timed(OP_BYTES, mark as u8, total)?,
             Body::InProgress => timed(IN_PROGRESS, 0, 0)?,
@@ -152,6 +154,10 @@ impl Compact {
             }),
             PEER_WAIT => timed(Body::PeerWait),
             GPU_WAIT => timed(Body::GpuWait),
+            RECV_COUNT => timed(Body::RecvCount {
+                received: small != 0,
+                steps: y as u32 as i32,
+            }),
             SEND_WAIT => timed(Body::SendWait { bytes: y }),
             OP_BYTES if usize::from(small) < MARKS.len() => timed(Body::OpBytes {
                 mark: MARKS[usize::from(small)],
@@ -207,6 +213,10 @@ mod tests {
             },
             Body::PeerWait,
             Body::GpuWait,
+            Body::RecvCount {
+                received: small % 2 == 1,
+                steps: i,
+            },
             Body::SendWait { bytes: b },
             Body::OpBytes {
                 mark: MARKS[usize::from(small) % 4],

@@ -123,6 +123,15 @@ pub enum Body {
     /// `ProxyStepRecvGPUWait` of a receive step: its data arrived and was handed to the GPU,
     /// which has not consumed it until the step stops.
     GpuWait,
+    /// ABI v1–v3, which have no usable receive steps: a receive ProxyOp's `RecvPosted`
+    /// (`received` false) or `RecvReceived` state with its `steps`, the transfers posted or
+    /// received so far.
+    RecvCount {
+        /// `RecvReceived`, not `RecvPosted`.
+        received: bool,
+        /// `proxyOp.steps`.
+        steps: i32,
+    },
     /// `ProxyStepSendPeerWait` (v4+), its first call for this step: the GPU produced the step's
     /// data and the proxy tries to hand it to the network (NCCL repeats the state while the
     /// receiver is not ready; the hot path records the first, per thread). On ABI v1–v3, the

@@ -1008,6 +1008,9 @@ impl Run {
                 args.is_some() && legacy_op_state_ignored(self.abi, h, state, steps)
             }
             Kind::ProxyStep if state == SEND_PEER_WAIT => repeated_peer_wait(h),
+            // v1–v3: a receive op's RecvPosted and RecvReceived are recorded (or, without args,
+            // counted).
+            Kind::RecvOp if self.abi.legacy() && matches!(state, 4 | 5) => false,
             kind => silently_ignored_state(kind, state),
         };
         // Ignored states are ignored before the communicator is looked up: live or stale alike.

@@ -6,9 +6,10 @@
 //!   `gpu` with no peer (NcclRankStuck), rank 2, which receives from it, `recv` from 1; nobody
 //!   else reports itself stuck;
 //! - (f) rank 1 stops posting its receives on NCCL 2.23.4, 2.25.1 and 2.26.6, where the rank
-//!   sending to it sees SendRemFifoWait repeats: rank 0 reports `peer` 1 (the others `unknown`:
-//!   these releases have no step events), each rank under the communicator hash and rank learned
-//!   from the collective before, in the exported series and the log line. The P2P receives the plugin declines come back from 2.23–2.25 as
+//!   sending to it sees SendRemFifoWait repeats: rank 0 reports `peer` 1, rank 2 `recv` 1 (from its
+//!   receive op's RecvPosted and RecvReceived), rank 1 `unknown` (these releases have no step
+//!   events the plugin uses), each under the communicator hash and rank learned from the
+//!   collective before, in the exported series and the log line. The P2P receives the plugin declines come back from 2.23–2.25 as
 //!   `stopEvent(NULL)` (a Send/Recv on another communicator): not rejected inputs (`events.rejected{nccl.reason=null_arg}` stays 0),
 //!   while a NULL stop through a table whose NCCL never sends one still counts.
 
@@ -64,7 +65,11 @@ fn a_peer_that_never_posts_is_named_on_2_26() {
 /// Case (f) on `release`: its hang lines (stderr) name the peer, all under the learned identity.
 fn legacy(release: &str) {
     let text = parent(release);
-    for (rank, what) in [(0, "peer 1 not ready to receive"), (1, "unknown"), (2, "unknown")] {
+    for (rank, what) in [
+        (0, "peer 1 not ready to receive"),
+        (1, "unknown"),
+        (2, "waiting for data from peer 1"),
+    ] {
         let line = format!("hang: communicator {HASH:#x} '' rank {rank}: AllReduce seq 1");
         let lines: Vec<&str> = text.lines().filter(|l| l.contains(&line)).collect();
         assert_eq!(
@@ -120,11 +125,11 @@ fn child() {
 
     // Who names whom: (rank, nccl.wait, nccl.peer), named while the stall lasts (how soon is
     // the main test's).
-    // NCCL 2.23–2.26 have no receive or send step events: the other ranks report `unknown`.
+    // NCCL 2.23–2.26 have no step events the plugin uses: rank 1 itself reports `unknown`.
     let expected: &[(i32, &str, Option<&str>)] = if gpu {
         &[(1, "gpu", None), (2, "recv", Some("1"))]
     } else {
-        &[(0, "peer", Some("1")), (1, "unknown", None), (2, "unknown", None)]
+        &[(0, "peer", Some("1")), (1, "unknown", None), (2, "recv", Some("1"))]
     };
     let deadline = began + hold;
     for &(rank, wait, peer) in expected {

@@ -233,3 +233,17 @@ fn legacy_send_ops_wait_for_their_peer_from_send_rem_fifo_wait() {
     mark(&mut t, 2200, Mark::Done);
     assert_eq!(t.channel(3200).wait, Wait::Unknown, "no step events, nothing waits");
 }
+
+#[test]
+fn legacy_receives_say_whether_data_is_awaited() {
+    let mut t = ring();
+    let count = |t: &mut Feed, ms, received, steps| t.rec(ms, 11, Body::RecvCount { received, steps });
+    count(&mut t, 1, false, 1);
+    count(&mut t, 2, true, 1);
+    count(&mut t, 3, false, 2);
+    let stuck = t.channel(1003);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Recv, Some(1)), "transfer 2 posted, not received");
+    count(&mut t, 1100, true, 2);
+    let stuck = t.channel(2100);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Unknown, None), "nothing awaited, no step events");
+}

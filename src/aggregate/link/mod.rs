@@ -253,6 +253,7 @@ fn start_kind(body: &Body) -> Option<Kind> {
         // Receive steps are read by the operations in flight only.
         Body::RecvStep { .. }
         | Body::GpuWait
+        | Body::RecvCount { .. }
         | Body::SendWait { .. }
         | Body::PeerWait
         | Body::Claim { .. }
