@@ -54,8 +54,9 @@ pub struct Stats {
     pub unknown_types: Counter,
     /// States we do not know for the event's type.
     pub unknown_states: Counter,
-    /// Events declined by design: P2P receives, receive steps, ProxyCtrl, NetPlugin, children of
-    /// declined parents, and Group (it gets a handle but no record).
+    /// Events declined by design: P2P receives, receive steps of ABI v1–v3, ProxyCtrl, NetPlugin,
+    /// children of declined parents, and Group (it gets a handle but no record); and the
+    /// `stopEvent(NULL)` NCCL 2.23–2.25 send for the tasks we declined.
     pub declined: Counter,
     /// PXN ProxyOps from another process, recorded under our communicator with the same hash.
     pub foreign_ops: Counter,

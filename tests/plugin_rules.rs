@@ -254,23 +254,35 @@ fn group_has_a_handle_but_no_record_and_ctrl_and_receives_are_declined() {
     // A receive op under a declined (NULL) or foreign parent is declined too.
     assert!(p.proxy_op(c.context, p2p_recv, pid(), 0, 1, 0, 2, false).is_null());
     assert!(p.proxy_op(c.context, coll, pid() + 1, 0, 1, 0, 2, false).is_null());
-    // One under our collective is recorded (it ends the collective), its steps are declined,
-    // including a restarted one.
+    // One under our collective is recorded (it ends the collective), and so are its steps (for
+    // hang diagnosis): a restarted one (its start only), then the step's RecvGPUWait and stop.
     let recv = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 2, false);
     assert!(!recv.is_null());
     p.state(recv, ty::OP_IN_PROGRESS, 0);
-    for _ in 0..2 {
-        let s = p.proxy_step(c.context, recv, 0, 0);
-        assert!(s.is_null());
-        p.stop(s);
+    let restarted = p.proxy_step(c.context, recv, 0, 0);
+    let s = p.proxy_step(c.context, recv, 0, 0);
+    assert!(!restarted.is_null() && !s.is_null());
+    for (state, bytes) in [
+        (ty::RECV_WAIT, 0),
+        (ty::RECV_FLUSH_WAIT, 4096),
+        (ty::RECV_GPU_WAIT, 4096),
+    ] {
+        p.state(s, state, bytes);
     }
+    p.stop(s);
     p.stop(recv);
-    assert!(STATS.declined.get() >= declined + 7);
+    assert!(STATS.declined.get() >= declined + 5);
     let s = finalize(p, &c);
     assert_eq!(
         s.iter().map(|w| w.stats.records).sum::<u64>(),
-        5,
-        "the Coll start and stop, the receive op's start, InProgress and stop"
+        9,
+        "the Coll start and stop, the receive op's start, InProgress and stop, two receive step \
+         starts, one RecvGPUWait and its step's stop"
+    );
+    assert_eq!(
+        s.iter().map(|w| w.stats.unfinished).sum::<u64>(),
+        0,
+        "receive steps never count as open"
     );
 }
 

@@ -13,8 +13,15 @@
 //! - Progress is any record of the operation or of a child, timed by the consumer's clock when it
 //!   reads the record (within a telemetry tick: enough against a threshold of seconds).
 //! - A send step is posted (waiting for the GPU's data), waiting for its peer (SendPeerWait), or
-//!   on the network (SendWait), until it stops. Receive steps are not recorded: a progressing
-//!   receive op that has not stopped is waiting for data from its peer.
+//!   on the network (SendWait), until it stops. On ABI v1–v3, which have no send steps, a send
+//!   op waits for its peer from the first SendRemFifoWait of a transfer (a PeerWait on the op)
+//!   until the network takes the transfer (SendTransmitted), which is on the network until its
+//!   SendDone.
+//! - A receive step (v4+) holds data the GPU has not consumed from its RecvGPUWait until it
+//!   stops. Steps are consumed in order, so the op's GPU holds data while the highest step that
+//!   reached RecvGPUWait is above the highest stopped one (a step NCCL restarted, or whose stop
+//!   was lost, cannot make it hold). A progressing receive op that has not stopped and holds no
+//!   such data is waiting for data from its peer.
 //! - Hang: the oldest operation with an open child and no progress for the threshold; one
 //!   episode until it progresses or completes.
 //!
@@ -27,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use super::bandwidth::coll_size;
 use super::lifetime::Life;
-use crate::record::{Body, Func, Record};
+use crate::record::{Body, Func, Mark, Record};
 
 /// How long an operation may go without a child that tells its completion before it is no longer
 /// followed: far longer than NCCL takes to post a launched operation's proxy ops.
@@ -41,13 +48,14 @@ pub const MAX_ROOTS: usize = 1 << 16;
 pub enum Wait {
     /// A transfer to the peer was handed to the network and has not completed (SendWait, no stop).
     Network,
-    /// The GPU's data is ready but the peer is not ready to receive (SendPeerWait, no SendWait).
+    /// The GPU's data is ready but the peer is not ready to receive (SendPeerWait, no SendWait;
+    /// ABI v1–v3: SendRemFifoWait, not transmitted).
     Peer,
-    /// Data from the peer: a progressing receive from it has not completed, and the channel's
-    /// sends wait for the GPU (which waits for that data).
+    /// Data from the peer: a progressing receive from it has not completed, nothing it sent is
+    /// waiting for the GPU, and the channel's sends wait for the GPU (which waits for that data).
     Recv,
-    /// The local GPU: send steps are posted and their data is not ready, nothing expected from
-    /// a peer.
+    /// The local GPU: data a receive step brought is not consumed (RecvGPUWait, no stop), or
+    /// send steps are posted and their data is not ready with nothing expected from a peer.
     Gpu,
     /// Nothing posted: the send op has steps left but none in flight (the proxy stopped posting).
     Proxy,
@@ -114,7 +122,7 @@ impl fmt::Display for Hang {
                 Wait::Network => format!("transfer to peer {peer} on the network (SendWait, not completed)"),
                 Wait::Peer => format!("peer {peer} not ready to receive (SendPeerWait, no SendWait)"),
                 Wait::Recv => format!("waiting for data from peer {peer} (receive posted, not completed)"),
-                Wait::Gpu => "waiting for the local GPU (send data not ready)".to_owned(),
+                Wait::Gpu => "waiting for the local GPU (received data not consumed, or send data not ready)".to_owned(),
                 Wait::Proxy => "nothing posted (steps left, none in flight)".to_owned(),
                 Wait::Unknown => "unknown (no ProxyStep events)".to_owned(),
             };
@@ -170,7 +178,7 @@ struct Live {
 }
 
 /// A ProxyOp of an operation in flight, with its send steps by state.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Op {
     root: u64,
     peer: i32,
@@ -181,6 +189,16 @@ struct Op {
     /// Steps started so far, and open ones: posted, waiting for the peer, on the network.
     steps: u32,
     at: [u32; 3],
+    /// ABI v1–v3 send op: a transfer waits for the peer (SendRemFifoWait, not yet transmitted),
+    /// and transfers on the network (transmitted, not done).
+    fifo_wait: bool,
+    on_net: u32,
+    /// Receive op: the highest step index + 1 that reached RecvGPUWait, and that stopped.
+    arrived: i64,
+    consumed: i64,
+    /// ABI v1–v3 receive op: transfers posted and received so far (RecvPosted, RecvReceived).
+    posted: i32,
+    received: i32,
 }
 
 const POSTED: usize = 0;
@@ -197,6 +215,8 @@ pub struct Flight {
     ops: HashMap<u64, Op>,
     /// Send step → (its op, its state).
     steps: HashMap<u64, (u64, usize)>,
+    /// Receive step → (its op, its index).
+    recv_steps: HashMap<u64, (u64, i32)>,
     /// KernelCh → (its operation, channel).
     kernels: HashMap<u64, (u64, u8)>,
     completed: BTreeMap<Func, u64>,
@@ -238,9 +258,7 @@ impl Flight {
                     peer: o.peer,
                     channel: o.channel,
                     send: o.send,
-                    life: Life::default(),
-                    steps: 0,
-                    at: [0; 3],
+                    ..Op::default()
                 };
                 self.ops.insert(id, op);
                 self.read_op(id, &r.body);
@@ -253,7 +271,35 @@ impl Flight {
                     self.steps.insert(id, (parent, POSTED));
                 }
             }
-            Body::PeerWait => self.step_to(id, PEER_WAIT),
+            Body::RecvStep { parent, step } if self.ops.contains_key(&parent) => {
+                self.recv_steps.insert(id, (parent, step));
+            }
+            Body::GpuWait => {
+                if let Some((op, step)) = self.recv_steps.get(&id)
+                    && let Some(op) = self.ops.get_mut(op)
+                {
+                    op.arrived = op.arrived.max(i64::from(*step) + 1);
+                }
+            }
+            Body::PeerWait => match self.ops.get_mut(&id) {
+                Some(op) => op.fifo_wait = true,
+                None => self.step_to(id, PEER_WAIT),
+            },
+            Body::RecvCount { received, steps } => {
+                if let Some(op) = self.ops.get_mut(&id) {
+                    let count = if received { &mut op.received } else { &mut op.posted };
+                    *count = (*count).max(steps);
+                }
+            }
+            Body::OpBytes { mark, .. } => {
+                if let Some(op) = self.ops.get_mut(&id) {
+                    match mark {
+                        Mark::Sent | Mark::SentBefore => (op.fifo_wait, op.on_net) = (false, op.on_net.saturating_add(1)),
+                        Mark::Done => op.on_net = op.on_net.saturating_sub(1),
+                        Mark::Base => {}
+                    }
+                }
+            }
             Body::SendWait { .. } => self.step_to(id, SENT),
             Body::KernelCh { parent, channel, .. } => {
                 if let Some(root) = self.roots.get_mut(&parent) {
@@ -326,7 +372,10 @@ impl Flight {
         if self.roots.contains_key(&id) {
             return Some(id);
         }
-        let op = self.steps.get(&id).map_or(id, |(op, _)| *op);
+        let op = match (self.steps.get(&id), self.recv_steps.get(&id)) {
+            (Some((op, _)), _) | (_, Some((op, _))) => *op,
+            _ => id,
+        };
         self.ops
             .get(&op)
             .map(|o| o.root)
@@ -334,6 +383,12 @@ impl Flight {
     }
 
     fn stop(&mut self, id: u64) {
+        if let Some((op, step)) = self.recv_steps.remove(&id) {
+            if let Some(op) = self.ops.get_mut(&op) {
+                op.consumed = op.consumed.max(i64::from(step) + 1);
+            }
+            return;
+        }
         if let Some((op, at)) = self.steps.remove(&id) {
             if let Some(op) = self.ops.get_mut(&op) {
                 op.at[at] = op.at[at].saturating_sub(1);
@@ -385,6 +440,7 @@ impl Flight {
         self.kernels.retain(|_, (root, _)| roots.contains_key(root));
         let ops = &self.ops;
         self.steps.retain(|_, (op, _)| ops.contains_key(op));
+        self.recv_steps.retain(|_, (op, _)| ops.contains_key(op));
         let stuck = self
             .roots
             .iter()
@@ -458,16 +514,24 @@ impl Flight {
 /// What a channel with the open send op `send`, progressing receive `recv` and open kernel
 /// (`kernel`) waits for; `None` when nothing of it is open.
 fn wait(send: Option<&Op>, recv: Option<&Op>, kernel: bool) -> Option<(Wait, Option<i32>)> {
-    let from = recv.map(|r| r.peer);
+    // v1–v3: every receive posted has arrived, so the channel waits for nothing from the peer.
+    let received = |r: &&Op| r.posted > 0 && r.received >= r.posted;
+    let from = recv.filter(|r| !received(r)).map(|r| r.peer);
+    // Data the peer sent waits for the GPU: the GPU is stuck, not the peer.
+    let gpu_holds = recv.is_some_and(|r| r.arrived > r.consumed);
+    // v1–v3 (no send steps): a receive posted and not arrived says what the channel waits for.
+    let awaited = recv.is_some_and(|r| r.posted > r.received);
     Some(match send {
-        Some(s) if s.at[SENT] > 0 => (Wait::Network, Some(s.peer)),
-        Some(s) if s.at[PEER_WAIT] > 0 => (Wait::Peer, Some(s.peer)),
-        Some(s) if s.at[POSTED] == 0 && s.steps == 0 => (Wait::Unknown, None),
-        Some(s) if s.at[POSTED] == 0 => (Wait::Proxy, None),
+        Some(s) if s.at[SENT] > 0 || s.on_net > 0 => (Wait::Network, Some(s.peer)),
+        Some(s) if s.at[PEER_WAIT] > 0 || s.fifo_wait => (Wait::Peer, Some(s.peer)),
+        Some(s) if s.steps == 0 && !awaited => (Wait::Unknown, None),
+        Some(s) if s.steps > 0 && s.at[POSTED] == 0 => (Wait::Proxy, None),
+        _ if gpu_holds => (Wait::Gpu, None),
         Some(_) if from.is_some() => (Wait::Recv, from),
         Some(_) => (Wait::Gpu, None),
         None if from.is_some() => (Wait::Recv, from),
         None if kernel => (Wait::Gpu, None),
+        None if recv.is_some() => (Wait::Unknown, None),
         None => return None,
     })
 }

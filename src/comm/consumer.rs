@@ -163,17 +163,32 @@ impl Comm {
         }
         let threshold = c.hang;
         if let Some(hang) = c.open.flight.check(now, threshold) {
+            self.learn_identity(&mut c);
             let m = &c.meta;
+            // ABI v1–v3 never tell the communicator's size.
+            let of = if m.nranks > 0 { format!("/{}", m.nranks) } else { String::new() };
             tracing::warn!(
-                "hang: communicator {:#x} '{}' rank {}/{}: {hang} (threshold {} s)",
+                "hang: communicator {:#x} '{}' rank {}{of}: {hang} (threshold {} s)",
                 m.hash,
                 m.name,
                 m.rank,
-                m.nranks,
                 threshold.as_secs_f64()
             );
         }
         summaries
+    }
+
+    /// ABI v1–v3, whose `init` tells neither: takes the communicator's hash and our rank from
+    /// its first Coll/P2p once one told them (Release in `identify`), for every summary, hang
+    /// line and counter from then on.
+    fn learn_identity(&self, c: &mut Consumer) {
+        if c.meta.rank < 0 {
+            let rank = self.learned_rank.load(Ordering::Acquire);
+            if rank >= 0 {
+                c.meta.rank = rank;
+                c.meta.hash = self.learned_hash.load(Ordering::Relaxed);
+            }
+        }
     }
 
     /// The communicator's progress now: operations in flight, the last completed ones and the
@@ -467,14 +482,7 @@ impl Comm {
     /// `now`) and recycles the window once every claimed slot is published.
     fn process(&self, c: &mut Locked<'_>, i: usize, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
         let (c, windows) = c.split();
-        if c.meta.rank < 0 {
-            // ABI v1–v3: the identity its Coll/P2p told, once one did (Release in `identify`).
-            let rank = self.learned_rank.load(Ordering::Acquire);
-            if rank >= 0 {
-                c.meta.rank = rank;
-                c.meta.hash = self.learned_hash.load(Ordering::Relaxed);
-            }
-        }
+        self.learn_identity(c);
         let (window, id) = (windows[i], self.window_id(i));
         let forced = c.tracks[i].open > 0;
         let n = window.seal()?;
@@ -535,6 +543,8 @@ impl Comm {
 
     /// Metadata of the communicator (last registered).
     pub fn meta(&self) -> CommMeta {
-        self.windows.lock().meta.clone()
+        let mut c = self.windows.lock();
+        self.learn_identity(&mut c);
+        c.meta.clone()
     }
 }

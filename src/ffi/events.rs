@@ -85,20 +85,11 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     };
     match d.event_type() {
         PROXY_OP => start_proxy_op(owner, context, d),
-        PROXY_STEP => {
-            let Some(parent) = own_parent(d.parent(), &[Kind::ProxyOp]) else {
-                return declined();
-            };
-            let (id, comm) = live(owner, parent.comm_slot())?;
-            let Some(step) = d.proxy_step() else {
-                return declined(); // v1–v3: no bytes in their states
-            };
-            let body = Body::ProxyStep {
-                parent: parent.encode(),
-                step,
-            };
-            comm.start(id, Kind::ProxyStep, Some(parent), UNTIMED, body)
-        }
+        PROXY_STEP => match Handle::decode(d.parent()).map(|p| (p, p.kind())) {
+            Some((parent, Kind::ProxyOp)) => start_step::<D, false>(owner, parent, d),
+            Some((parent, Kind::RecvOp)) => start_step::<D, true>(owner, parent, d),
+            _ => declined(),
+        },
         KERNEL_CH => {
             let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
                 return declined();
@@ -177,6 +168,32 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             local(owner, context)?;
             unknown_type()
         }
+    }
+}
+
+/// A ProxyStep start under our send (`RECV` false) or receive ProxyOp `parent`: each call site
+/// puts its own body in the proxy lane. Declined on v1–v3 (no bytes in their states; their
+/// receive steps would lose stops on 2.24–2.26).
+#[inline(always)]
+fn start_step<D: Descriptor, const RECV: bool>(owner: &Owner, parent: Handle, d: &D) -> Option<u64> {
+    let (id, comm) = live(owner, parent.comm_slot())?;
+    let Some(step) = d.proxy_step() else {
+        STATS.declined.incr();
+        return None;
+    };
+    let parent_handle = parent.encode();
+    if RECV {
+        let body = Body::RecvStep {
+            parent: parent_handle,
+            step,
+        };
+        comm.start(id, Kind::RecvStep, Some(parent), UNTIMED, body)
+    } else {
+        let body = Body::ProxyStep {
+            parent: parent_handle,
+            step,
+        };
+        comm.start(id, Kind::ProxyStep, Some(parent), UNTIMED, body)
     }
 }
 
@@ -261,11 +278,12 @@ fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
 }
 
 /// A ProxyOp start. A receive op is recorded only under one of our Coll/P2p (a collective ends
-/// when its last op of either direction stops), as kind [`Kind::RecvOp`] so its steps are
-/// declined by their parent's kind alone. A PXN op (pid not ours, or a context another process
-/// tagged: PID namespaces let PIDs coincide) carries another process's context and parent:
-/// neither is decoded as ours; a send is attributed to our communicator with the same hash, under
-/// the originating rank (v4+: v1–v3 contexts know no hash); a receive is declined.
+/// when its last op of either direction stops), as kind [`Kind::RecvOp`] so that its steps are
+/// told from send steps by their parent's kind alone. A PXN op (pid not ours, or a context
+/// another process tagged: PID namespaces let PIDs coincide) carries another process's context
+/// and parent: neither is decoded as ours; a send is attributed to our communicator with the
+/// same hash, under the originating rank (v4+: v1–v3 contexts know no hash); a receive is
+/// declined.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
     let tagged_elsewhere = Context::decode(context).is_some_and(|c| !c.is_ours());
@@ -384,13 +402,34 @@ fn first_peer_wait(h: Handle) -> bool {
     PEER_WAITED.with(|seen| seen.get(h.slot() as usize % 64).is_some_and(|c| c.replace(id) != id))
 }
 
-pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t {
+thread_local! {
+    /// ABI v1–v3: the (send ProxyOp, transfer) whose first SendRemFifoWait this thread recorded,
+    /// direct-mapped by the op's slot (NCCL repeats the state while the receiver is not ready).
+    static FIFO_WAITED: [Cell<(u64, i32)>; 16] = const { [const { Cell::new((0, 0)) }; 16] };
+}
+
+/// Whether this is the first SendRemFifoWait of send op `h` for the transfer `steps` names
+/// (ABI v1–v3: transfers done plus the slice) on this thread.
+fn first_fifo_wait(h: Handle, steps: i32) -> bool {
+    let key = (h.encode(), steps);
+    FIFO_WAITED.with(|seen| seen.get(h.slot() as usize % 16).is_some_and(|c| c.replace(key) != key))
+}
+
+/// `stopEvent` of the table of ABI version `ABI`. NCCL 2.23–2.25 (tables v1 and v2, spec
+/// 8.2–8.3) stop every task of a plan whose Group we accepted without checking its handle, so
+/// the tasks we declined (P2P receives) come back as `stopEvent(NULL)`: counted as declined
+/// there, as a NULL argument on every other table.
+pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -> ncclResult_t {
     // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
     // clock before anything else so the time is the callback's.
     let timed = Handle::decode(handle as u64)
         .is_some_and(|h| matches!(h.kind(), Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
+        if ABI <= 2 && handle.is_null() {
+            STATS.declined.incr();
+            return;
+        }
         let Some(h) = decode(handle) else { return };
         // Group and API events are not stopped in records, and a KernelPhase ends with its
         // KernelPhaseStop: their stops are ignored before the communicator is looked up, live
@@ -405,10 +444,12 @@ pub(super) unsafe extern "C" fn stop_event(handle: *mut c_void) -> ncclResult_t 
 }
 
 /// States we record: SendWait (bytes of a send step), the first SendPeerWait of a send step,
-/// KernelChStop and KernelPhaseStop (GPU stop times), a receive op's InProgress (it will stop)
-/// and, on ABI v1–v3 (`abi`), a send op's transfer edges with its byte total
-/// ([`legacy::mark`]). Other states NCCL defines for the event's type are ignored before the
-/// communicator is looked up (no shared read or write, stale or not); unknown ones are counted.
+/// the RecvGPUWait of a receive step, KernelChStop and KernelPhaseStop (GPU stop times), a
+/// receive op's InProgress (it will stop) and, on ABI v1–v3 (`abi`), a send op's transfer edges
+/// with its byte total ([`legacy::mark`]) and the first SendRemFifoWait of each of its
+/// transfers (as a PeerWait), and a receive op's RecvPosted and RecvReceived counts. Other states NCCL defines for the event's type are ignored before
+/// the communicator is looked up (no shared read or write, stale or not); unknown ones are
+/// counted.
 pub(super) fn record_event_state<A: StateArgs>(
     owner: &Owner,
     handle: *mut c_void,
@@ -434,7 +475,28 @@ pub(super) fn record_event_state<A: StateArgs>(
         (Kind::KernelPhase, bindings::ncclProfilerKernelPhaseStop) => {
             (ts, args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() }))
         }
+        (Kind::RecvStep, bindings::ncclProfilerProxyStepRecvGPUWait) => (clock::now(), Some(Body::GpuWait)),
         (Kind::RecvOp, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
+        (Kind::RecvOp, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
+            if abi <= 3 =>
+        {
+            let received = state == bindings::ncclProfilerProxyOpRecvReceived;
+            (
+                ts,
+                args.map(|a| Body::RecvCount {
+                    received,
+                    steps: a.steps(),
+                }),
+            )
+        }
+        (Kind::ProxyOp, bindings::ncclProfilerProxyOpSendRemFifoWait) if abi <= 3 => {
+            // The peer has not posted the receive: the wait of v4's SendPeerWait.
+            match args {
+                Some(a) if first_fifo_wait(h, a.steps()) => (clock::now(), Some(Body::PeerWait)),
+                Some(_) => return,
+                None => (ts, None),
+            }
+        }
         (Kind::ProxyOp, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone)
             if abi <= 3 =>
         {
@@ -452,12 +514,14 @@ pub(super) fn record_event_state<A: StateArgs>(
                 None => (ts, None),
             }
         }
-        // ProxyStep send/receive waits but SendWait; ProxyOp legacy states and InProgress.
+        // ProxyStep send/receive waits but SendWait and RecvGPUWait; ProxyOp legacy states and
+        // InProgress.
         (
             Kind::ProxyStep,
             bindings::ncclProfilerProxyStepSendGPUWait
             | bindings::ncclProfilerProxyStepRecvWait..=bindings::ncclProfilerProxyStepRecvGPUWait,
         )
+        | (Kind::RecvStep, bindings::ncclProfilerProxyStepRecvWait | bindings::ncclProfilerProxyStepRecvFlushWait)
         | (
             Kind::ProxyOp,
             bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone

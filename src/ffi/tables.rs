@@ -80,7 +80,7 @@ macro_rules! table {
             name: c"otel".as_ptr(),
             init: Some($init),
             startEvent: Some(start_event_shim),
-            stopEvent: Some(stop_event),
+            stopEvent: Some(stop_event::<$abi>),
             recordEventState: Some(record_event_state_shim::<_, $abi>),
             finalize: Some(finalize),
         }

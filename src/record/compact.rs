@@ -48,6 +48,9 @@ const TAG: u8 = 10;
 const PHASE_STOP: u8 = 11;
 const CLAIM: u8 = 12;
 const STOP: u8 = 13;
+const RECV_STEP: u8 = 14;
+const GPU_WAIT: u8 = 15;
+const RECV_COUNT: u8 = 16;
 
 const MARKS: [Mark; 4] = [Mark::Base, Mark::Sent, Mark::SentBefore, Mark::Done];
 
@@ -69,6 +72,7 @@ impl Compact {
                 start(PROXY_OP, op.channel, foreign | u16::from(op.send), x, y)?
             }
             Body::ProxyStep { parent, step } => start(PROXY_STEP, 0, 0, parent, u64::from(step as u32))?,
+            Body::RecvStep { parent, step } => start(RECV_STEP, 0, 0, parent, u64::from(step as u32))?,
             Body::KernelCh {
                 parent,
                 channel,
@@ -80,6 +84,8 @@ impl Compact {
                 gpu_start,
             } => start(KERNEL_PHASE, phase, 0, parent, gpu_start)?,
             Body::PeerWait => timed(PEER_WAIT, 0, 0)?,
+            Body::GpuWait => timed(GPU_WAIT, 0, 0)?,
+            Body::RecvCount { received, steps } => timed(RECV_COUNT, u8::from(received), u64::from(steps as u32))?,
             Body::SendWait { bytes } => timed(SEND_WAIT, 0, bytes)?,
             Body::OpBytes { mark, total } => timed(OP_BYTES, mark as u8, total)?,
             Body::InProgress => timed(IN_PROGRESS, 0, 0)?,
@@ -132,6 +138,10 @@ impl Compact {
                 parent: x,
                 step: y as u32 as i32,
             }),
+            RECV_STEP => start(Body::RecvStep {
+                parent: x,
+                step: y as u32 as i32,
+            }),
             KERNEL_CH => start(Body::KernelCh {
                 parent: x,
                 channel: small,
@@ -143,6 +153,11 @@ impl Compact {
                 gpu_start: y,
             }),
             PEER_WAIT => timed(Body::PeerWait),
+            GPU_WAIT => timed(Body::GpuWait),
+            RECV_COUNT => timed(Body::RecvCount {
+                received: small != 0,
+                steps: y as u32 as i32,
+            }),
             SEND_WAIT => timed(Body::SendWait { bytes: y }),
             OP_BYTES if usize::from(small) < MARKS.len() => timed(Body::OpBytes {
                 mark: MARKS[usize::from(small)],
@@ -185,6 +200,7 @@ mod tests {
             op(a, 0, false),
             op(0, k | 1, true),
             Body::ProxyStep { parent: a, step: i },
+            Body::RecvStep { parent: a, step: j },
             Body::KernelCh {
                 parent: a,
                 channel: small,
@@ -196,6 +212,11 @@ mod tests {
                 gpu_start: b,
             },
             Body::PeerWait,
+            Body::GpuWait,
+            Body::RecvCount {
+                received: small % 2 == 1,
+                steps: i,
+            },
             Body::SendWait { bytes: b },
             Body::OpBytes {
                 mark: MARKS[usize::from(small) % 4],
@@ -216,8 +237,8 @@ mod tests {
                                                    b in any::<u64>(), small in any::<u8>(), i in any::<i32>(),
                                                    j in any::<i32>(), k in any::<u32>()) {
             for body in bodies(a, b, small, i, j, k) {
-                let ts = if matches!(body, Body::ProxyOp(_) | Body::ProxyStep { .. } | Body::KernelCh { .. }
-                    | Body::KernelPhase { .. }) { 0 } else { ts };
+                let ts = if matches!(body, Body::ProxyOp(_) | Body::ProxyStep { .. } | Body::RecvStep { .. }
+                    | Body::KernelCh { .. } | Body::KernelPhase { .. }) { 0 } else { ts };
                 let r = Record { id, ts, body };
                 prop_assert_eq!(Compact::pack(&r).map(Compact::unpack), Some(r));
             }

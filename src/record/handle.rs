@@ -16,7 +16,7 @@
 //! | bits  | field          |
 //! |-------|----------------|
 //! | 0–20  | record slot    |
-//! | 21–23 | kind (1–10), low bits |
+//! | 21–23 | kind (1–11), low bits |
 //! | 24–47 | window epoch (low 24 bits) |
 //! | 48–49 | window index   |
 //! | 50–61 | comm slot      |
@@ -77,7 +77,7 @@ pub enum Kind {
     ProxyStep = 5,
     /// Kernel channel.
     KernelCh = 6,
-    /// Receive proxy operation of one of our collectives (its steps are declined).
+    /// Receive proxy operation of one of our collectives.
     RecvOp = 7,
     /// Kernel phase (v7): one of a kernel channel's initial sync, compute, final sync.
     KernelPhase = 8,
@@ -87,6 +87,9 @@ pub enum Kind {
     /// A CollApi recorded (NCCL 2.29–2.30, not graph-captured): a collective NCCL may run with
     /// its API events only; its Coll or CeColl claims it.
     ApiCall = 10,
+    /// Receive proxy step (v4+) of a [`Kind::RecvOp`]: only its first RecvGPUWait and its stop
+    /// are recorded after its start, for hang diagnosis.
+    RecvStep = 11,
 }
 
 impl Kind {
@@ -102,6 +105,7 @@ impl Kind {
             8 => Kind::KernelPhase,
             9 => Kind::Api,
             10 => Kind::ApiCall,
+            11 => Kind::RecvStep,
             _ => return None,
         })
     }
@@ -115,7 +119,7 @@ impl Kind {
     pub fn lane(self) -> usize {
         match self {
             Kind::Group | Kind::Coll | Kind::P2p | Kind::Api | Kind::ApiCall => 0,
-            Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep => 1,
+            Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep | Kind::RecvStep => 1,
             Kind::KernelCh | Kind::KernelPhase => 2,
         }
     }
@@ -293,7 +297,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kind(i: u8) -> Kind {
-        Kind::from_bits(u64::from(i % 10 + 1)).unwrap()
+        Kind::from_bits(u64::from(i % 11 + 1)).unwrap()
     }
 
     proptest! {
@@ -336,8 +340,8 @@ mod tests {
         let h = Handle::new(1, 0, 0, Kind::Coll, 0);
         assert_eq!(Handle::decode(h.encode() & !(7 << KIND_SHIFT)), None);
         assert_eq!(Handle::decode(h.encode() & !HANDLE_BIT), None);
-        let p2p = Handle::new(1, 0, 0, Kind::P2p, 0).encode();
-        assert_eq!(Handle::decode(p2p | 1 << 62), None, "kind 11 does not exist");
+        let kernel_ch = Handle::new(1, 0, 0, Kind::KernelCh, 0).encode();
+        assert_eq!(Handle::decode(kernel_ch | 1 << 62), None, "kind 14 does not exist");
         let ctx = Context::new(CommId { slot: 1, generation: 1 }, 7).encode();
         assert_eq!(Context::decode(ctx & !(u64::from(GEN_MASK) << GEN_SHIFT)), None);
         assert_eq!(Context::decode(ctx | 1 << 62), None);

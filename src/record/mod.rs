@@ -51,7 +51,7 @@ pub struct P2pStart {
 }
 
 /// Start of a proxy operation (`ProxyOp` event): a network send, or a receive of one of our
-/// collectives (handle kind [`handle::Kind::RecvOp`]; its steps are declined).
+/// collectives (handle kind [`handle::Kind::RecvOp`]; its steps are [`Body::RecvStep`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProxyOpStart {
     /// Handle of the Coll/P2p this op serves; 0 when NULL or foreign (PXN).
@@ -111,9 +111,31 @@ pub enum Body {
         /// GPU start time (`%globaltimer`, ns).
         gpu_start: u64,
     },
+    /// A receive proxy step (v4+) started under the receive ProxyOp handle `parent`. It does not
+    /// open an event: NCCL abandons restarted receive steps without a state or a stop (spec 3.7),
+    /// so only the operations in flight read it, with its [`Body::GpuWait`] and stop.
+    RecvStep {
+        /// Handle of the step's receive ProxyOp.
+        parent: u64,
+        /// Transfer index within the op.
+        step: i32,
+    },
+    /// `ProxyStepRecvGPUWait` of a receive step: its data arrived and was handed to the GPU,
+    /// which has not consumed it until the step stops.
+    GpuWait,
+    /// ABI v1–v3, which have no usable receive steps: a receive ProxyOp's `RecvPosted`
+    /// (`received` false) or `RecvReceived` state with its `steps`, the transfers posted or
+    /// received so far.
+    RecvCount {
+        /// `RecvReceived`, not `RecvPosted`.
+        received: bool,
+        /// `proxyOp.steps`.
+        steps: i32,
+    },
     /// `ProxyStepSendPeerWait` (v4+), its first call for this step: the GPU produced the step's
     /// data and the proxy tries to hand it to the network (NCCL repeats the state while the
-    /// receiver is not ready; the hot path records the first, per thread).
+    /// receiver is not ready; the hot path records the first, per thread). On ABI v1–v3, the
+    /// first `ProxyOpSendRemFifoWait` of a transfer, recorded on the send ProxyOp: the same wait.
     PeerWait,
     /// `ProxyStepSendWait`: the network accepted `bytes` for this step.
     SendWait {
@@ -184,7 +206,7 @@ pub struct Record {
     /// Handle of the event this record is about.
     pub id: u64,
     /// CPU time of the callback, in [`crate::clock`] ticks; 0 where nothing uses it (only
-    /// Coll/P2p starts, PeerWait, SendWait, OpBytes but Base, and ProxyOp (both
+    /// Coll/P2p starts, PeerWait, GpuWait, SendWait, OpBytes but Base, and ProxyOp (both
     /// directions)/ProxyStep stops are timed).
     pub ts: u64,
     /// Payload.

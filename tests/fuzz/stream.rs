@@ -21,7 +21,8 @@
 //!                           handles included), foreign_unmatched, panics)
 //!           + communicator drops (full, late, unpublished), read before each finalize
 //!           + silently ignored calls (Group stops; states NCCL defines for the event's type
-//!             that the plugin does not use; a repeated SendPeerWait of a step, which the calling
+//!             that the plugin does not use; a repeated SendPeerWait of a step, or on v1–v3
+//!             SendRemFifoWait of an op's transfer, which the calling
 //!             thread already recorded)
 //!           + successful inits + successful finalizes
 //!           − the records starts add (InProgress at v1–v3 receive ops, NCCL has no such state
@@ -389,12 +390,15 @@ const OP_IN_PROGRESS: u32 = 19;
 const KERNEL_CH_STOP: u32 = 22;
 
 /// Whether the plugin ignores `state` for an event of `kind` without counting it: the states NCCL
-/// defines for that type that the plugin has no use for (ProxyStep 8, 10–12; send ProxyOp 0–7,
-/// 19; receive ProxyOp 0–7).
+/// defines for that type that the plugin has no use for (send ProxyStep 8, 10–12; receive
+/// ProxyStep 10, 11; send ProxyOp 0–7, 19; receive ProxyOp 0–7).
 fn silently_ignored_state(kind: Kind, state: u32) -> bool {
     matches!(
         (kind, state),
-        (Kind::ProxyStep, 8 | 10..=12) | (Kind::ProxyOp, 0..=7 | 19) | (Kind::RecvOp, 0..=7)
+        (Kind::ProxyStep, 8 | 10..=12)
+            | (Kind::RecvStep, 10 | 11)
+            | (Kind::ProxyOp, 0..=7 | 19)
+            | (Kind::RecvOp, 0..=7)
     )
 }
 
@@ -410,12 +414,22 @@ fn repeated_peer_wait(h: Handle) -> bool {
     PEER_WAITED.with(|seen| seen[h.slot() as usize % 64].replace(id) == id)
 }
 
-/// Whether a v1–v3 send op's state with args (`steps`) is silently ignored: all but
-/// SendTransmitted, SendDone and (v2, v3) the op's first SendPosted become records (spec 8.7).
-fn legacy_op_state_ignored(abi: Abi, state: u32, steps: i32) -> bool {
+thread_local! {
+    /// The plugin's per-thread memory of recorded SendRemFifoWaits (v1–v3), mirrored.
+    static FIFO_WAITED: [std::cell::Cell<(u64, i32)>; 16] = const { [const { std::cell::Cell::new((0, 0)) }; 16] };
+}
+
+/// Whether a v1–v3 send op's state with args (`steps`) of op `h` is silently ignored: all but
+/// SendTransmitted, SendDone, (v2, v3) the op's first SendPosted and the first SendRemFifoWait of
+/// a transfer on this thread become records (spec 8.7).
+fn legacy_op_state_ignored(abi: Abi, h: Handle, state: u32, steps: i32) -> bool {
     match state {
         2 | 3 => false,
         0 => abi == Abi::V1 || steps != 1,
+        1 => {
+            let key = (h.encode(), steps);
+            FIFO_WAITED.with(|seen| seen[h.slot() as usize % 16].replace(key) == key)
+        }
         _ => true,
     }
 }
@@ -951,8 +965,12 @@ impl Run {
         assert_ne!(h, SENTINEL, "*eHandle must always be written (type {ty:?})");
         if h != 0 {
             let decoded = Handle::decode(h).expect("a handle we were given decodes");
-            // A receive ProxyOp gets a kind of its own.
-            let kind = Some(decoded.kind()).map(|k| if k == Kind::RecvOp { Kind::ProxyOp } else { k });
+            // A receive ProxyOp and its steps get kinds of their own.
+            let kind = Some(match decoded.kind() {
+                Kind::RecvOp => Kind::ProxyOp,
+                Kind::RecvStep => Kind::ProxyStep,
+                k => k,
+            });
             let api = ty == Some(COLL_API) && matches!(kind, Some(Kind::Api | Kind::ApiCall));
             assert!(
                 api || kind == ty.and_then(kind_of),
@@ -987,9 +1005,12 @@ impl Run {
         let steps = (args.unwrap_or(0) >> 32) as i32;
         let ignored = |h: Handle| match h.kind() {
             Kind::ProxyOp if self.abi.legacy() && state <= 7 => {
-                args.is_some() && legacy_op_state_ignored(self.abi, state, steps)
+                args.is_some() && legacy_op_state_ignored(self.abi, h, state, steps)
             }
             Kind::ProxyStep if state == SEND_PEER_WAIT => repeated_peer_wait(h),
+            // v1–v3: a receive op's RecvPosted and RecvReceived are recorded (or, without args,
+            // counted).
+            Kind::RecvOp if self.abi.legacy() && matches!(state, 4 | 5) => false,
             kind => silently_ignored_state(kind, state),
         };
         // Ignored states are ignored before the communicator is looked up: live or stale alike.

@@ -27,9 +27,11 @@ mod support {
     pub mod prom;
 }
 
+mod hangs;
 mod prometheus;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -74,12 +76,7 @@ fn decode(text: &str) -> Vec<ExportMetricsServiceRequest> {
 }
 
 /// Every point of `name` of communicator `hash`, rank `rank`: (time, attributes, value, count).
-fn series(
-    reqs: &[ExportMetricsServiceRequest],
-    name: &str,
-    hash: u64,
-    rank: i32,
-) -> Vec<(SystemTime, BTreeMap<String, String>, f64, u64)> {
+fn series(reqs: &[ExportMetricsServiceRequest], name: &str, hash: u64, rank: i32) -> Points {
     let (hash, rank) = (format!("{hash:#x}"), rank.to_string());
     metrics(reqs)
         .into_iter()
@@ -88,6 +85,31 @@ fn series(
         .filter(|p| p.attrs["nccl.comm.hash"] == hash && p.attrs["nccl.rank"] == rank)
         .map(|p| (UNIX_EPOCH + Duration::from_nanos(p.time), p.attrs, p.value, p.count))
         .collect()
+}
+
+/// Points of one series: (time, attributes, value, count).
+type Points = Vec<(SystemTime, BTreeMap<String, String>, f64, u64)>;
+
+/// The `hang.stuck` points of `rank` of communicator `hash`, which name only `wait` and `peer`
+/// (`nccl.wait`, `nccl.peer`), and when they first did above 0.
+fn stuck_on(
+    reqs: &[ExportMetricsServiceRequest],
+    hash: u64,
+    rank: i32,
+    (wait, peer): (&str, Option<&str>),
+) -> (SystemTime, Points) {
+    let stuck = series(reqs, "nccl.progress.hang.stuck", hash, rank);
+    let named = |a: &BTreeMap<String, String>| a["nccl.wait"] == wait && a.get("nccl.peer").map(String::as_str) == peer;
+    let first = stuck
+        .iter()
+        .find(|(_, a, v, _)| *v > 0.0 && named(a))
+        .unwrap_or_else(|| panic!("{hash:#x} rank {rank} never named {wait} {peer:?}: {stuck:?}"))
+        .0;
+    assert!(
+        stuck.iter().all(|(_, a, ..)| named(a)),
+        "{hash:#x} rank {rank} also named something else: {stuck:?}"
+    );
+    (first, stuck)
 }
 
 fn episodes(reqs: &[ExportMetricsServiceRequest], hash: u64, rank: i32) -> f64 {
@@ -126,24 +148,51 @@ fn average(d: &[Duration]) -> f64 {
     d.iter().map(Duration::as_secs_f64).sum::<f64>() / d.len() as f64
 }
 
+/// Points the plugin's `file` exporter into `dir` (created), with this export interval and hang
+/// threshold (seconds) and the variables `extra`; returns the file this process writes.
+///
+/// # Safety
+/// Before the process's first `init`, with no other thread reading the environment.
+unsafe fn export_to(dir: &Path, interval: f64, threshold: f64, extra: &[(&str, &str)]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let pattern = dir.join("out-%p.jsonl");
+    let (interval, threshold) = (interval.to_string(), threshold.to_string());
+    let vars = [
+        ("NCCL_PROFILER_OTEL_EXPORTER", "file"),
+        ("NCCL_PROFILER_OTEL_EXPORT_FILE", pattern.to_str().unwrap()),
+        ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", interval.as_str()),
+        ("NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC", threshold.as_str()),
+        ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "100000"),
+        ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "50000"),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().chain(extra).copied().collect();
+    // SAFETY: the caller's promise.
+    unsafe { sx::base_env(&vars) };
+    dir.join(format!("out-{}.jsonl", std::process::id()))
+}
+
+/// One emulated job at a time in this binary (the hang cases' child processes included): their
+/// timings need the two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`SERIAL`], held.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
+    let _serial = serial();
     let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pattern = dir.join("out-%p.jsonl");
-    let (interval, threshold) = (INTERVAL.to_string(), THRESHOLD.to_string());
-    // SAFETY: the only test of this binary, before its first `init`.
-    unsafe {
-        sx::base_env(&[
-            ("NCCL_PROFILER_OTEL_EXPORTER", "file"),
-            ("NCCL_PROFILER_OTEL_EXPORT_FILE", pattern.to_str().unwrap()),
-            ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", interval.as_str()),
-            ("NCCL_PROFILER_OTEL_HANG_THRESHOLD_SEC", threshold.as_str()),
-            ("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1"),
-            ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "100000"),
-            ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "50000"),
-        ]);
-    }
+    // SAFETY: the only test of this binary that runs in this process, before its first `init`.
+    let path = unsafe {
+        export_to(
+            &dir,
+            INTERVAL,
+            THRESHOLD,
+            &[("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1")],
+        )
+    };
     release::set(Release::V2_31_2);
     let p = Plugin::in_process();
     let mut scenarios = Vec::new();
@@ -205,7 +254,6 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let slow = start("(c) slow link", 0x5104_0102);
     ring("slowlink", slow, 4 << 20, 400, net(5.0).slow_link(1, 2, 4.0)).run(&p);
 
-    let path = dir.join(format!("out-{}.jsonl", std::process::id()));
     let reqs = decode(&std::fs::read_to_string(&path).unwrap());
     sx::check_documented(&reqs);
 
@@ -226,25 +274,15 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let deadline = began + Duration::from_secs_f64(THRESHOLD + 2.0 * INTERVAL);
     let expected = [(0, "peer", Some("1")), (2, "recv", Some("1")), (1, "proxy", None)];
     for (rank, wait, peer) in expected {
-        let stuck = series(&reqs, "nccl.progress.hang.stuck", stalled, rank);
-        let named =
-            |a: &BTreeMap<String, String>| a["nccl.wait"] == wait && a.get("nccl.peer").map(String::as_str) == peer;
-        let first = stuck
-            .iter()
-            .find(|(_, a, v, _)| *v > 0.0 && named(a))
-            .unwrap_or_else(|| panic!("rank {rank} never named {wait} {peer:?}: {stuck:?}"));
-        let after = first.0.duration_since(began).unwrap_or_default();
+        let (first, stuck) = stuck_on(&reqs, stalled, rank, (wait, peer));
+        let after = first.duration_since(began).unwrap_or_default();
         eprintln!("(a) rank {rank}: {wait} {peer:?} exported {after:?} after the stall began");
         assert!(
-            first.0 <= deadline,
+            first <= deadline,
             "rank {rank}: detected {after:?} after the stall began"
         );
         assert!(
-            stuck.iter().all(|(_, a, ..)| named(a)),
-            "rank {rank} also named something else: {stuck:?}"
-        );
-        assert!(
-            stuck.iter().any(|(t, _, v, _)| *v == 0.0 && *t > first.0),
+            stuck.iter().any(|(t, _, v, _)| *v == 0.0 && *t > first),
             "rank {rank}: the stuck series did not return to 0: {stuck:?}"
         );
         assert_eq!(episodes(&reqs, stalled, rank), 1.0, "rank {rank}");
@@ -253,14 +291,12 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
         assert!(
             oldest
                 .iter()
-                .any(|(t, a, v, _)| same_export(*t, first.0) && *v == 2.0 && a["nccl.func"] == "AllReduce"),
+                .any(|(t, a, v, _)| same_export(*t, first) && *v == 2.0 && a["nccl.func"] == "AllReduce"),
             "rank {rank}: the stuck AllReduce is seqNumber 2: {oldest:?}"
         );
         let completed = series(&reqs, "nccl.progress.completed.seq", stalled, rank);
         assert!(
-            completed
-                .iter()
-                .any(|(t, _, v, _)| same_export(*t, first.0) && *v == 1.0),
+            completed.iter().any(|(t, _, v, _)| same_export(*t, first) && *v == 1.0),
             "rank {rank}: seqNumber 1 completed last: {completed:?}"
         );
     }

@@ -194,3 +194,56 @@ fn kernels_count_and_unknown_children_are_ignored() {
     t.rec(1100, 30, Body::Stop);
     assert_eq!(t.f.snapshot(t.at(1100)).completed, vec![(Func::AllReduce, 3)]);
 }
+
+#[test]
+fn data_the_gpu_has_not_consumed_names_the_gpu_not_the_peer() {
+    let mut t = ring();
+    t.step(1, 1, 10);
+    let recv_step = |t: &mut Feed, ms, id, step| t.rec(ms, id, Body::RecvStep { parent: 11, step });
+    recv_step(&mut t, 1, 20, 0);
+    recv_step(&mut t, 1, 21, 1);
+    t.rec(2, 20, Body::GpuWait);
+    let stuck = t.channel(1002);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Gpu, None), "step 0's data waits for the GPU");
+    t.rec(1100, 20, Body::Stop);
+    let stuck = t.channel(2100);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Recv, Some(1)), "consumed: waiting for peer 1");
+    // A restarted step (no state, no stop) and a lost stop: a later step's stop says the GPU
+    // consumed everything before it.
+    recv_step(&mut t, 2200, 22, 2);
+    recv_step(&mut t, 2200, 23, 2);
+    t.rec(2201, 23, Body::GpuWait);
+    recv_step(&mut t, 2201, 24, 3);
+    t.rec(2202, 24, Body::GpuWait);
+    t.rec(2203, 24, Body::Stop);
+    assert_eq!(t.channel(3300).wait, Wait::Recv, "step 2's stop was lost, step 3 stopped");
+}
+
+#[test]
+fn legacy_send_ops_wait_for_their_peer_from_send_rem_fifo_wait() {
+    let mut t = ring();
+    let mark = |t: &mut Feed, ms, mark| t.rec(ms, 10, Body::OpBytes { mark, total: 0 });
+    mark(&mut t, 1, Mark::Base);
+    t.rec(2, 10, Body::PeerWait);
+    let stuck = t.channel(1002);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Peer, Some(1)), "SendRemFifoWait: peer 1");
+    mark(&mut t, 1100, Mark::Sent);
+    let stuck = t.channel(2100);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Network, Some(1)), "transmitted, not done");
+    mark(&mut t, 2200, Mark::Done);
+    assert_eq!(t.channel(3200).wait, Wait::Unknown, "no step events, nothing waits");
+}
+
+#[test]
+fn legacy_receives_say_whether_data_is_awaited() {
+    let mut t = ring();
+    let count = |t: &mut Feed, ms, received, steps| t.rec(ms, 11, Body::RecvCount { received, steps });
+    count(&mut t, 1, false, 1);
+    count(&mut t, 2, true, 1);
+    count(&mut t, 3, false, 2);
+    let stuck = t.channel(1003);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Recv, Some(1)), "transfer 2 posted, not received");
+    count(&mut t, 1100, true, 2);
+    let stuck = t.channel(2100);
+    assert_eq!((stuck.wait, stuck.peer), (Wait::Unknown, None), "nothing awaited, no step events");
+}

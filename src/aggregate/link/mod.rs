@@ -250,7 +250,11 @@ fn start_kind(body: &Body) -> Option<Kind> {
         Body::KernelCh { .. } => Some(Kind::KernelCh),
         Body::KernelPhase { .. } => Some(Kind::KernelPhase),
         Body::Api(_) => Some(Kind::ApiCall),
-        Body::SendWait { .. }
+        // Receive steps are read by the operations in flight only.
+        Body::RecvStep { .. }
+        | Body::GpuWait
+        | Body::RecvCount { .. }
+        | Body::SendWait { .. }
         | Body::PeerWait
         | Body::Claim { .. }
         | Body::OpBytes { .. }

@@ -73,7 +73,7 @@ pub use net::{Link, Network};
 #[allow(unused_imports)]
 pub use plugin::{Comm, H, LoadError, Plugin, Version, built_library, cstr, descr, mask, pid, ty};
 #[allow(unused_imports)]
-pub use stall::{Late, Stall};
+pub use stall::{GpuStall, Late, Stall};
 #[allow(unused_imports)]
 pub use time::spin;
 #[allow(unused_imports)]

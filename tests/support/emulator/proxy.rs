@@ -743,17 +743,27 @@ impl<'a> Proxy<'a> {
         self.opts.stall.as_ref().is_some_and(|s| s.rank == self.world)
     }
 
-    /// Whether step `k` of `op` in the collective `truth` is held by [`Options::stall`] or
-    /// [`Options::late`].
+    /// Whether step `k` of `op` in the collective `truth` is held by [`Options::stall`],
+    /// [`Options::gpu_stall`] or [`Options::late`].
     fn held(&self, op: &Op, truth: &CollTruth, k: usize) -> Held {
-        let (o, peer) = (self.opts, op.plan.world_peer);
-        match o.stall.as_ref().map(|s| s.held(self.world, peer, truth.iteration, k)) {
-            Some(h) if h != Held::No => h,
-            _ => o
-                .late
-                .as_ref()
-                .map_or(Held::No, |l| l.held(self.world, peer, truth.iteration)),
-        }
+        let (o, peer, it) = (self.opts, op.plan.world_peer, truth.iteration);
+        let recv = op.plan.kind == OpKind::Recv;
+        [
+            o.stall.as_ref().map(|s| s.held(self.world, peer, it, k)),
+            o.gpu_stall.as_ref().map(|g| g.held(self.world, peer, it, k, recv)),
+            o.late.as_ref().map(|l| l.held(self.world, peer, it)),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|h| *h != Held::No)
+        .unwrap_or(Held::No)
+    }
+
+    /// When this rank's GPU consumes receive step `k` of the collective `truth`, arrived now, at
+    /// the earliest ([`Options::gpu_stall`]; `None`: as usual).
+    fn consumed_after(&self, truth: &CollTruth, k: usize) -> Option<Instant> {
+        let g = self.opts.gpu_stall.as_ref()?;
+        g.consumed_after(self.world, truth.iteration, k)
     }
 
     /// The op's InProgress state, once, when the proxy first progresses it (v1–v3: its start).
@@ -883,6 +893,16 @@ impl<'a> Proxy<'a> {
                         }
                         None => next.coarse(now + Duration::from_micros(20)),
                     }
+                }
+                // A stopped GPU produces nothing ([`Options::gpu_stall`]).
+                let frozen = self
+                    .opts
+                    .gpu_stall
+                    .as_ref()
+                    .and_then(|g| g.frozen(self.world, truth.iteration));
+                if let Some((_, until)) = frozen.filter(|(since, _)| s.dep.is_none() && s.ready > *since) {
+                    s.ready = s.ready.max(until);
+                    s.next_peer_wait = s.next_peer_wait.max(s.ready);
                 }
                 if s.dep.is_some() {
                     // Waiting for the receive this step forwards.
@@ -1043,7 +1063,13 @@ impl<'a> Proxy<'a> {
         }
         // 2.24–2.26 stop only the first receive step the GPU consumed in a pass (spec 8.3).
         let mut consumed_here = 0;
-        while let Some(s) = op.steps.front_mut() {
+        while !op.steps.is_empty() {
+            let k = op.stopped;
+            let gpu_until = match op.steps.front() {
+                Some(s) if s.consumed.is_none() && Instant::now() >= s.ready => self.consumed_after(truth, k),
+                _ => None,
+            };
+            let Some(s) = op.steps.front_mut() else { break };
             let states = !op.handle.is_null() && !s.handle.is_null();
             let now = Instant::now();
             let done_after = ((op.stopped + 1) * op.slice) as i32;
@@ -1063,7 +1089,7 @@ impl<'a> Proxy<'a> {
                         }
                     }
                     op.last_trans = s.bytes;
-                    s.consumed = Some(now + self.net.gpu_time(s.bytes));
+                    s.consumed = Some((now + self.net.gpu_time(s.bytes)).max(gpu_until.unwrap_or(now)));
                 }
                 None if now >= s.ready => {
                     if states {
@@ -1071,7 +1097,7 @@ impl<'a> Proxy<'a> {
                         p.state(s.handle, ty::RECV_GPU_WAIT, s.bytes);
                     }
                     op.last_trans = s.bytes;
-                    s.consumed = Some(now + self.net.gpu_time(s.bytes));
+                    s.consumed = Some((now + self.net.gpu_time(s.bytes)).max(gpu_until.unwrap_or(now)));
                 }
                 None => {
                     next.coarse(s.ready);

@@ -88,6 +88,13 @@ impl Release {
         self >= Release(22900) && std::env::var("NCCL_ALLGATHERV_ENABLE").map_or(true, |v| v.trim() != "0")
     }
 
+    /// The plan's task events are stopped without a look at their handles, so a task the
+    /// plugin declined gets `stopEvent(NULL)` (2.23–2.25, `ncclProfilerStopTaskEvents`; 2.26
+    /// checks each handle).
+    pub fn stops_tasks_unchecked(self) -> bool {
+        self < Release(22600)
+    }
+
     /// Copy-engine collectives (CeColl, CeSync, CeBatch) exist (2.29+).
     pub fn copy_engine(self) -> bool {
         self >= Release(22900)

@@ -1,11 +1,18 @@
 //! Ranks that keep their peers waiting: one that stops posting in the middle of one collective for
 //! a while ([`Options::stall`]), one that enters every collective late ([`Options::late`]); and
 //! what that does to its ring neighbours: the rank sending to it cannot hand it the held steps
-//! (their receives are not posted: SendPeerWait repeats, no SendWait), the rank receiving from
-//! it gets no data for them (its sends that forward that data wait for the GPU).
+//! (their receives are not posted: SendPeerWait repeats, no SendWait; SendRemFifoWait on NCCL
+//! 2.23–2.26), the rank receiving from it gets no data for them (its sends that forward that data
+//! wait for the GPU).
+//!
+//! A rank whose GPU stops in the middle of one collective for a while ([`Options::gpu_stall`]):
+//! its proxy keeps posting, the data of its receives keeps arriving and is handed to the GPU
+//! (RecvGPUWait), but the GPU neither consumes it (no stop) nor produces data to send; the rank
+//! receiving from it gets nothing more. The stuck rank is its own: the truth is [`GpuStall::rank`].
 //!
 //! [`Options::stall`]: super::Options::stall
 //! [`Options::late`]: super::Options::late
+//! [`Options::gpu_stall`]: super::Options::gpu_stall
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -116,6 +123,61 @@ impl Stall {
         }
         match *began {
             Some((t, _)) if Instant::now() < t + self.hold => Held::Until(t + self.hold),
+            Some(_) => Held::No,
+            None => Held::Unknown,
+        }
+    }
+}
+
+/// See the module documentation: a [`Stall`] of the GPU (its `after` counts receive steps the
+/// GPU consumes before it stops; the stop begins when step `after` arrives).
+#[derive(Clone, Debug)]
+pub struct GpuStall(pub Stall);
+
+impl GpuStall {
+    pub fn new(rank: usize, iteration: usize, after: usize, hold: Duration) -> GpuStall {
+        GpuStall(Stall::new(rank, iteration, after, hold))
+    }
+
+    /// When the GPU stopped (emulator clock and wall clock).
+    pub fn began(&self) -> Option<(Instant, SystemTime)> {
+        self.0.began()
+    }
+
+    /// Receive step `k` of world rank `world` in the collective of `iteration` arrived now: when
+    /// its GPU consumes it at the earliest (`None`: as usual). The stalled rank's step `after`
+    /// stops the GPU.
+    pub(crate) fn consumed_after(&self, world: usize, iteration: usize, k: usize) -> Option<Instant> {
+        let s = &self.0;
+        if world != s.rank || iteration != s.iteration || k < s.after {
+            return None;
+        }
+        let mut began = s.began.lock().unwrap();
+        let (t, _) = *began.get_or_insert((Instant::now(), SystemTime::now()));
+        Some(t + s.hold)
+    }
+
+    /// While (or once) world rank `world`'s GPU is stopped in `iteration`: (since, until). Data
+    /// it would produce after `since` is ready at `until` at the earliest.
+    pub(crate) fn frozen(&self, world: usize, iteration: usize) -> Option<(Instant, Instant)> {
+        let s = &self.0;
+        if world != s.rank || iteration != s.iteration {
+            return None;
+        }
+        let (t, _) = s.began()?;
+        Some((t, t + s.hold))
+    }
+
+    /// Whether step `k` of a receive (`recv`) op of world rank `world` from world rank `peer`, in
+    /// the collective of `iteration`, is held: the stalled rank sends nothing past its step
+    /// `after` (which forwards the last data its GPU consumed) until its GPU resumes.
+    pub(crate) fn held(&self, world: usize, peer: usize, iteration: usize, k: usize, recv: bool) -> Held {
+        let s = &self.0;
+        if !recv || world == s.rank || peer != s.rank || iteration != s.iteration || k <= s.after {
+            return Held::No;
+        }
+        match s.began() {
+            Some((t, _)) if Instant::now() < t + s.hold => Held::Until(t + s.hold),
             Some(_) => Held::No,
             None => Held::Unknown,
         }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use super::net::Network;
 use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr, ty};
 use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
-use super::stall::{Late, Stall};
+use super::stall::{GpuStall, Late, Stall};
 use super::time;
 use super::truth::{CollTruth, Report};
 
@@ -446,6 +446,8 @@ pub struct Options {
     pub stall: Option<Stall>,
     /// One rank enters every collective late (one call per iteration).
     pub late: Option<Late>,
+    /// One rank's GPU stops in the middle of one collective for a while.
+    pub gpu_stall: Option<GpuStall>,
 }
 
 impl Default for Options {
@@ -468,6 +470,7 @@ impl Default for Options {
             captured: false,
             stall: None,
             late: None,
+            gpu_stall: None,
         }
     }
 }
@@ -895,7 +898,9 @@ impl Workload {
                 } else {
                     self.plan_coll(inst, w, func, count * dtype.size(), root, (algo, proto), m)
                 };
-                if !root_h.is_null() {
+                // 2.23–2.25 stop the plan's tasks without looking at their handles (spec 8.2).
+                let unchecked = plugin.release().stops_tasks_unchecked() && !group.is_null() && mask::coll(m);
+                if !root_h.is_null() || unchecked {
                     plugin.stop(root_h);
                 }
                 if !group.is_null() {
@@ -1029,8 +1034,11 @@ impl Workload {
                 },
             ));
         }
+        // 2.23–2.25 stop the plan's tasks without looking at their handles: the receives the
+        // plugin declined come back as `stopEvent(NULL)` (spec 8.2).
+        let unchecked = plugin.release().stops_tasks_unchecked() && !group.is_null() && mask::coll(m);
         for (h, _) in &tasks {
-            if !h.is_null() {
+            if !h.is_null() || unchecked {
                 plugin.stop(*h);
             }
         }
