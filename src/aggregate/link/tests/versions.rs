@@ -163,8 +163,9 @@ fn api_calls_nothing_claims_are_collectives_of_their_own() {
         .iter()
         .flat_map(|g| g.ops.iter().map(move |o| (g.key.algo, *o)))
         .collect();
-    let sample = OpSample {
+    let sample = |ticks: f64| OpSample {
         bytes: 1024,
+        start: ticks * SPT,
         duration: None,
         gpu: None,
         transfers: 0,
@@ -173,6 +174,10 @@ fn api_calls_nothing_claims_are_collectives_of_their_own() {
     // The two Colls (no proxy ops: no time), and the call no Coll claimed.
     assert_eq!(
         ops,
-        [(Algo::Ring, sample), (Algo::Ring, sample), (Algo::Unknown, sample)]
+        [
+            (Algo::Ring, sample(6.0)),
+            (Algo::Ring, sample(2.0)),
+            (Algo::Unknown, sample(4.0))
+        ]
     );
 }
