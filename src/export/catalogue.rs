@@ -193,7 +193,7 @@ impl OpInstruments {
             service_missing: meter
                 .u64_counter(format!("{prefix}.service.missing"))
                 .with_unit("{operation}")
-                .with_description(format!("Timed {what}s that got no service time, by reason"))
+                .with_description(format!("Number of {what}s without a service time, by reason"))
                 .build(),
         }
     }
