@@ -54,8 +54,6 @@ pub const COUNT_BOUNDS: [f64; 17] = {
 pub(super) struct OpInstruments {
     pub(super) bytes: Histogram<f64>,
     pub(super) duration: Histogram<f64>,
-    pub(super) service: Histogram<f64>,
-    pub(super) queue: Histogram<f64>,
     pub(super) kernel_duration: Histogram<f64>,
     pub(super) algbw: Histogram<f64>,
     pub(super) busbw: Histogram<f64>,
@@ -64,15 +62,82 @@ pub(super) struct OpInstruments {
     pub(super) transfers: Histogram<u64>,
     pub(super) transfer_size: Histogram<f64>,
     pub(super) transfer_duration: Histogram<f64>,
-    pub(super) service_time: Counter<f64>,
-    pub(super) service_bus_bytes: Counter<f64>,
-    pub(super) kernel_time: Counter<f64>,
-    pub(super) kernel_bus_bytes: Counter<f64>,
-    pub(super) service_missing: Counter<u64>,
+    /// Collectives only: a group's P2P sends run together (one kernel), not one after the other.
+    served: Option<Served>,
+}
+
+/// The split of collectives' latency and the sums that make busBw a ratio of sums.
+struct Served {
+    service: Histogram<f64>,
+    queue: Histogram<f64>,
+    service_time: Counter<f64>,
+    service_bus_bytes: Counter<f64>,
+    kernel_time: Counter<f64>,
+    kernel_bus_bytes: Counter<f64>,
+    missing: Counter<u64>,
+}
+
+impl Served {
+    fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
+        Served {
+            service: histogram(
+                meter,
+                format!("{prefix}.service.duration"),
+                "s",
+                format!("Service time of each {what}: from the communicator being free (or its enqueue) to completion"),
+                &DURATION_BOUNDS,
+            ),
+            queue: histogram(
+                meter,
+                format!("{prefix}.queue.duration"),
+                "s",
+                format!("Queue wait of each {what}: enqueue until the earlier operations of its communicator completed"),
+                &DURATION_BOUNDS,
+            ),
+            service_time: f64_counter(
+                meter,
+                format!("{prefix}.service.time"),
+                "s",
+                format!("Service time of every {what} with a service time and a bus factor, summed"),
+            ),
+            service_bus_bytes: f64_counter(
+                meter,
+                format!("{prefix}.service.bus_bytes"),
+                "By",
+                format!(
+                    "Bytes × bus factor of every {what} counted in {prefix}.service.time: \
+                     their rate over its rate is nccl-tests' busBw"
+                ),
+            ),
+            kernel_time: f64_counter(
+                meter,
+                format!("{prefix}.kernel.time"),
+                "s",
+                format!("GPU time of every {what} with a GPU time and a bus factor, summed"),
+            ),
+            kernel_bus_bytes: f64_counter(
+                meter,
+                format!("{prefix}.kernel.bus_bytes"),
+                "By",
+                format!(
+                    "Bytes × bus factor of every {what} counted in {prefix}.kernel.time: \
+                     their rate over its rate is the GPU's busBw"
+                ),
+            ),
+            missing: meter
+                .u64_counter(format!("{prefix}.service.missing"))
+                .with_unit("{operation}")
+                .with_description(format!("Number of {what}s without a service time, by reason"))
+                .build(),
+        }
+    }
 }
 
 impl OpInstruments {
-    fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
+    /// `serial`: the operations run one after the other on their communicator (collectives), so
+    /// their latency is split and their busBw summed.
+    fn new(meter: &Meter, prefix: &str, what: &str, serial: bool) -> Self {
+        let host = if serial { "service time" } else { "host time" };
         OpInstruments {
             bytes: histogram(
                 meter,
@@ -91,20 +156,6 @@ impl OpInstruments {
                 ),
                 &DURATION_BOUNDS,
             ),
-            service: histogram(
-                meter,
-                format!("{prefix}.service.duration"),
-                "s",
-                format!("Service time of each {what}: from the communicator being free (or its enqueue) to completion"),
-                &DURATION_BOUNDS,
-            ),
-            queue: histogram(
-                meter,
-                format!("{prefix}.queue.duration"),
-                "s",
-                format!("Queue wait of each {what}: enqueue until the earlier operations of its communicator completed"),
-                &DURATION_BOUNDS,
-            ),
             kernel_duration: histogram(
                 meter,
                 format!("{prefix}.kernel.duration"),
@@ -116,14 +167,14 @@ impl OpInstruments {
                 meter,
                 format!("{prefix}.algbw"),
                 "By/s",
-                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its service time"),
+                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its {host}"),
                 &BANDWIDTH_BOUNDS,
             ),
             busbw: histogram(
                 meter,
                 format!("{prefix}.busbw"),
                 "By/s",
-                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its service time"),
+                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its {host}"),
                 &BANDWIDTH_BOUNDS,
             ),
             kernel_algbw: histogram(
@@ -160,50 +211,24 @@ impl OpInstruments {
                 format!("Duration of each network transfer of a {what}"),
                 &DURATION_BOUNDS,
             ),
-            service_time: f64_counter(
-                meter,
-                format!("{prefix}.service.time"),
-                "s",
-                format!("Service time of every {what} with a service time and a bus factor, summed"),
-            ),
-            service_bus_bytes: f64_counter(
-                meter,
-                format!("{prefix}.service.bus_bytes"),
-                "By",
-                format!(
-                    "Bytes × bus factor of every {what} counted in {prefix}.service.time: \
-                     their rate over its rate is nccl-tests' busBw"
-                ),
-            ),
-            kernel_time: f64_counter(
-                meter,
-                format!("{prefix}.kernel.time"),
-                "s",
-                format!("GPU time of every {what} with a GPU time and a bus factor, summed"),
-            ),
-            kernel_bus_bytes: f64_counter(
-                meter,
-                format!("{prefix}.kernel.bus_bytes"),
-                "By",
-                format!(
-                    "Bytes × bus factor of every {what} counted in {prefix}.kernel.time: \
-                     their rate over its rate is the GPU's busBw"
-                ),
-            ),
-            service_missing: meter
-                .u64_counter(format!("{prefix}.service.missing"))
-                .with_unit("{operation}")
-                .with_description(format!("Number of {what}s without a service time, by reason"))
-                .build(),
+            served: serial.then(|| Served::new(meter, prefix, what)),
         }
     }
 
     /// Bound once per group: the attribute lookup is paid per call, not per measurement. Only
     /// instruments that get a value are bound (binding alone creates the series). Records a
-    /// group's operations (with their `splits`) and transfers, with the bytes and bandwidths
-    /// `scale` gives them; the summed times and bus bytes, and the missing service times, under
-    /// `totals` (communicator, function, size class).
-    pub(super) fn record(&self, ops: &[OpSample], splits: &[Split], transfers: &[Transfer], scale: Scale, attrs: &[KeyValue], totals: &[KeyValue]) {
+    /// group's operations and transfers, with the bytes and bandwidths `scale` gives them. With
+    /// `split` (collectives: each operation's split, and the attributes of the sums), host
+    /// bandwidths come from the service time, and the summed times and bus bytes and the missing
+    /// service times are counted; else (P2P sends) from the latency.
+    pub(super) fn record(
+        &self,
+        ops: &[OpSample],
+        transfers: &[Transfer],
+        scale: Scale,
+        attrs: &[KeyValue],
+        split: Option<(&[Split], &[KeyValue])>,
+    ) {
         if !ops.is_empty() {
             let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
             for op in ops {
@@ -217,26 +242,33 @@ impl OpInstruments {
             let duration = self.duration.bind(attrs);
             ops.iter().filter_map(|o| o.duration).for_each(|d| duration.record(d));
         }
-        if splits.iter().any(|s| s.service.is_some()) {
-            let (service, queue) = (self.service.bind(attrs), self.queue.bind(attrs));
+        let served = self.served.as_ref().zip(split);
+        if let Some((served, (splits, _))) = served.filter(|(_, (s, _))| s.iter().any(|s| s.service.is_some())) {
+            let (service, queue) = (served.service.bind(attrs), served.queue.bind(attrs));
             for s in splits {
                 s.service.inspect(|&v| service.record(v));
                 s.queue.inspect(|&v| queue.record(v));
             }
         }
+        let none = Split::default();
+        let split_of = |i: usize| split.and_then(|(s, _)| s.get(i)).unwrap_or(&none);
         let clocks = [
-            (false, &self.algbw, &self.busbw, &self.service_time, &self.service_bus_bytes),
-            (true, &self.kernel_algbw, &self.kernel_busbw, &self.kernel_time, &self.kernel_bus_bytes),
+            (false, &self.algbw, &self.busbw, served.map(|(s, _)| (&s.service_time, &s.service_bus_bytes))),
+            (true, &self.kernel_algbw, &self.kernel_busbw, served.map(|(s, _)| (&s.kernel_time, &s.kernel_bus_bytes))),
         ];
-        for (gpu, algbw, busbw, time, bus_bytes) in clocks {
-            let time_of = |(o, s): (&OpSample, &Split)| if gpu { o.gpu } else { s.service };
-            if !ops.iter().zip(splits).any(|p| time_of(p).is_some()) {
+        for (gpu, algbw, busbw, sums) in clocks {
+            let time_of = |i: usize, o: &OpSample| match (gpu, split) {
+                (true, _) => o.gpu,
+                (false, Some(_)) => split_of(i).service,
+                (false, None) => o.duration,
+            };
+            if !ops.iter().enumerate().any(|(i, o)| time_of(i, o).is_some()) {
                 continue;
             }
             let kernel_duration = gpu.then(|| self.kernel_duration.bind(attrs));
             let (algbw, busbw) = (algbw.bind(attrs), busbw.bind(attrs));
             let (mut secs, mut bus, mut summed) = (0.0, 0.0, false);
-            for (op, t) in ops.iter().zip(splits).filter_map(|p| Some((p.0, time_of(p)?))) {
+            for (op, t) in ops.iter().enumerate().filter_map(|(i, o)| Some((o, time_of(i, o)?))) {
                 kernel_duration.iter().for_each(|h| h.record(t));
                 if let Some((alg, per_op)) = scale.bandwidths(op.bytes, t) {
                     algbw.record(alg);
@@ -246,17 +278,19 @@ impl OpInstruments {
                     (secs, bus, summed) = (secs + t, bus + b, true);
                 }
             }
-            if summed {
+            if let (Some((time, bus_bytes)), Some((_, totals)), true) = (sums, split, summed) {
                 time.add(secs, totals);
                 bus_bytes.add(bus, totals);
             }
         }
-        for reason in ["no_completion", "predecessor_unknown", "out_of_order"] {
-            let n = splits.iter().filter(|s| s.missing == Some(reason)).count() as u64;
-            if n > 0 {
-                let mut attrs = totals.to_vec();
-                attrs.push(KeyValue::new("nccl.reason", reason));
-                self.service_missing.add(n, &attrs);
+        if let Some((served, (splits, totals))) = served {
+            for reason in ["no_completion", "predecessor_unknown", "out_of_order"] {
+                let n = splits.iter().filter(|s| s.missing == Some(reason)).count() as u64;
+                if n > 0 {
+                    let mut attrs = totals.to_vec();
+                    attrs.push(KeyValue::new("nccl.reason", reason));
+                    served.missing.add(n, &attrs);
+                }
             }
         }
         if !transfers.is_empty() {
@@ -395,8 +429,8 @@ impl Instruments {
     /// Every instrument of the catalogue, built on `meter`.
     pub(super) fn new(meter: &Meter) -> Self {
         Instruments {
-            coll: OpInstruments::new(meter, "nccl.coll", "collective"),
-            p2p: OpInstruments::new(meter, "nccl.p2p", "P2P send"),
+            coll: OpInstruments::new(meter, "nccl.coll", "collective", true),
+            p2p: OpInstruments::new(meter, "nccl.p2p", "P2P send", false),
             link_bytes: counter(
                 meter,
                 "nccl.link.bytes",

@@ -164,15 +164,15 @@ impl Pipeline {
             .add(n, &[KeyValue::new("nccl.family", family.prefix())]);
     }
 
-    /// The attributes of a group's summed times and bus bytes: its communicator's, `nccl.func`
-    /// and `nccl.size_class` (admitted as `family`'s, or the overflow set).
-    fn totals(&mut self, base: &[KeyValue], family: Family, func: Func, class: u8) -> Vec<KeyValue> {
+    /// The attributes of a collective group's summed times and bus bytes: its communicator's,
+    /// `nccl.func` and `nccl.size_class` (admitted, or the overflow set).
+    fn totals(&mut self, base: &[KeyValue], func: Func, class: u8) -> Vec<KeyValue> {
         let mut attrs = base.to_vec();
         attrs.extend([
             KeyValue::new("nccl.func", func.as_str()),
             KeyValue::new("nccl.size_class", size_class_name(class)),
         ]);
-        self.attrs_or_overflow(family, attrs, 4)
+        self.attrs_or_overflow(Family::Coll, attrs, 4)
     }
 
     /// One window's histograms and counters; its links and channels join the interval.
@@ -207,17 +207,15 @@ impl Pipeline {
             ]);
             attrs.extend(graph_attr(g.key.graph));
             let n = OpInstruments::measurements(&g.ops, splits, &g.transfers);
-            let totals = self.totals(&base, Family::Coll, g.key.func, g.key.size_class);
+            let totals = self.totals(&base, g.key.func, g.key.size_class);
             self.user_tag(&mut attrs, g.key.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
             let scale = Scale::coll(&g.key, s.comm.nranks);
-            self.inst
-                .coll
-                .record(&g.ops, splits, &g.transfers, scale, &attrs, &totals);
+            let split = Some((splits, totals.as_slice()));
+            self.inst.coll.record(&g.ops, &g.transfers, scale, &attrs, split);
             self.waits(&base, g.key.func, &g.ops);
         }
         for g in &s.p2ps {
-            let splits = next_splits(g.ops.len());
             let mut attrs = base.clone();
             attrs.extend([
                 KeyValue::new("nccl.func", "Send"),
@@ -226,14 +224,12 @@ impl Pipeline {
                 KeyValue::new("nccl.size_class", size_class_name(g.size_class)),
             ]);
             attrs.extend(graph_attr(g.graph));
-            let n = OpInstruments::measurements(&g.ops, splits, &g.transfers);
-            let totals = self.totals(&base, Family::P2p, Func::Send, g.size_class);
+            let n = OpInstruments::measurements(&g.ops, &[], &g.transfers);
             self.user_tag(&mut attrs, g.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
-            let scale = Scale::send(s.comm.nranks);
             self.inst
                 .p2p
-                .record(&g.ops, splits, &g.transfers, scale, &attrs, &totals);
+                .record(&g.ops, &g.transfers, Scale::send(s.comm.nranks), &attrs, None);
             self.waits(&base, Func::Send, &g.ops);
         }
         for l in &s.links {

@@ -595,9 +595,8 @@ pub fn expand(keys: &[String]) -> Vec<String> {
 /// kernel phases (NCCL 2.31), more distinct user tags than the bound, progress.
 /// The progress family is exported for live communicators only, initial syncs need NCCL 2.31
 /// (tests/signals.rs exports them all).
-const ONLY_SOMETIMES: [&str; 15] = [
+const ONLY_SOMETIMES: [&str; 14] = [
     "nccl.coll.service.missing",
-    "nccl.p2p.service.missing",
     "nccl.profiler.cardinality.overflow",
     "nccl.link.latency.missing",
     "nccl.kernel.phase.duration",
