@@ -387,16 +387,15 @@ pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
             "service + queue wait = latency"
         );
     }
-    close(
-        total(reqs, "nccl.coll.service.time", &totals).0,
-        service,
-        "summed service times",
-    );
-    close(
-        total(reqs, "nccl.coll.service.bus_bytes", &totals).0,
-        1.5 * coll_bytes_per_op * served as f64,
-        "AllReduce bus bytes",
-    );
+    // A function's and size class's summed times and bus bytes on `clock`.
+    let sums = |func: &str, class: &str, clock: &str| {
+        let totals = t.with(&[("nccl.func", func), ("nccl.size_class", class)]);
+        let sum = |what: &str| total(reqs, &format!("nccl.coll.{clock}.{what}"), &totals).0;
+        (sum("time"), sum("bus_bytes"))
+    };
+    let (secs, bus) = sums("AllReduce", "4KiB", "service");
+    close(secs, service, "summed service times");
+    close(bus, 1.5 * coll_bytes_per_op * served as f64, "AllReduce bus bytes");
     assert!(
         latest(reqs, "nccl.coll.kernel.duration", &ar).is_none(),
         "no KernelCh, no GPU time"
@@ -424,17 +423,9 @@ pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
         0.75 * 2048.0 / gpu,
         "AllGather GPU busBw",
     );
-    let totals = t.with(&[("nccl.func", "AllGather"), ("nccl.size_class", "2KiB")]);
-    close(
-        total(reqs, "nccl.coll.kernel.time", &totals).0,
-        gpu,
-        "AllGather summed GPU time",
-    );
-    close(
-        total(reqs, "nccl.coll.kernel.bus_bytes", &totals).0,
-        0.75 * 2048.0,
-        "AllGather GPU bus bytes",
-    );
+    let (secs, bus) = sums("AllGather", "2KiB", "kernel");
+    close(secs, gpu, "AllGather summed GPU time");
+    close(bus, 0.75 * 2048.0, "AllGather GPU bus bytes");
 
     // P2P.
     let send = t.send();
