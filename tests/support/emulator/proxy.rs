@@ -3,6 +3,11 @@
 //! It receives tasks (a Coll or P2p with its planned ProxyOps and kernel channels) from its user
 //! thread and progresses all of them in one loop, like NCCL's `progressOps`:
 //!
+//! - One stream per communicator: a task's kernel runs after the kernels enqueued before it, so
+//!   a collective's kernel channels start, and its ProxyOps progress, once every task before it
+//!   finished, and a task after an unfinished collective waits for it (P2P tasks, a group's
+//!   sends and receives, run together). Collectives enqueued back to back thus queue, as on a
+//!   GPU: their enqueue → completion includes the wait.
 //! - ProxyOps start when a task is appended (inside a ProxyCtrl Append burst when the mask has
 //!   ProxyCtrl), get `InProgress` when progress begins, and stop after their last step. CollNet
 //!   ops (`isSend` 0) are started and never touched again.
