@@ -18,6 +18,15 @@
 
 use super::summary::{OpSample, WindowSummary};
 
+/// The operation's own completion is unknown.
+const NO_COMPLETION: &str = "no_completion";
+/// The operation enqueued just before it has no known completion.
+const PREDECESSOR_UNKNOWN: &str = "predecessor_unknown";
+/// A later-enqueued operation was split before it.
+const OUT_OF_ORDER: &str = "out_of_order";
+/// Every reason a service time can be missing ([`Split::missing`]).
+pub const MISSING: [&str; 3] = [NO_COMPLETION, PREDECESSOR_UNKNOWN, OUT_OF_ORDER];
+
 /// One operation's latency split.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Split {
@@ -25,7 +34,7 @@ pub struct Split {
     pub service: Option<f64>,
     /// Seconds from enqueue until the communicator was free: latency − service.
     pub queue: Option<f64>,
-    /// Why there is no service time: `no_completion`, `predecessor_unknown` or `out_of_order`.
+    /// Why there is no service time: one of [`MISSING`].
     pub missing: Option<&'static str>,
 }
 
@@ -70,9 +79,9 @@ impl Order {
         let end = op.duration.map(|d| op.start + d);
         let late = self.last.is_some_and(|l| op.start < l);
         let split = match end {
-            None => Split::missing("no_completion"),
-            Some(_) if late => Split::missing("out_of_order"),
-            Some(_) if self.last.is_some() && !self.last_known => Split::missing("predecessor_unknown"),
+            None => Split::missing(NO_COMPLETION),
+            Some(_) if late => Split::missing(OUT_OF_ORDER),
+            Some(_) if self.last.is_some() && !self.last_known => Split::missing(PREDECESSOR_UNKNOWN),
             Some(end) => {
                 let free = if self.last.is_some() {
                     op.start.max(self.horizon)

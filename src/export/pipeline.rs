@@ -188,15 +188,12 @@ impl Pipeline {
         i.pxn_collectives.add(s.stats.pxn_collectives, &comm);
         i.gpu_invalid.add(s.stats.invalid_gpu, &comm);
 
+        // The collectives' splits come first, group by group.
         let splits = self.current.split(s);
-        let mut split_of = splits.as_slice();
-        let mut next_splits = |n: usize| {
-            let (here, rest) = split_of.split_at(n.min(split_of.len()));
-            split_of = rest;
-            here
-        };
+        let mut rest = splits.as_slice();
         for g in &s.colls {
-            let splits = next_splits(g.ops.len());
+            let (splits, tail) = rest.split_at(g.ops.len().min(rest.len()));
+            rest = tail;
             let mut attrs = base.clone();
             attrs.extend([
                 KeyValue::new("nccl.func", g.key.func.as_str()),
