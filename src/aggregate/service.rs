@@ -13,6 +13,9 @@
 //! completion is unknown, when the operation enqueued just before it has no known completion
 //! (dropped, unsampled, PXN-partial), or when a later-enqueued operation was already split.
 //!
+//! P2P sends take part as earlier operations (their completions); their own splits mean little,
+//! since a group's sends run together in one kernel, and the exporter uses the collectives' only.
+//!
 //! Pure; called on the telemetry thread only.
 #![forbid(unsafe_code)]
 
