@@ -1,5 +1,6 @@
 //! The plugin's numbers against the emulator's truth: per-link latency and bandwidth against the
-//! configured network, collective durations against the emulator's own clock, a slow link.
+//! configured network, collective durations against the emulator's own clock, bus bandwidth of
+//! back-to-back collectives against nccl-tests' definition, a slow link.
 //!
 //! Every workload runs through the shipped library (`support::shipped`: built without test
 //! features, loaded with `dlopen` as NCCL loads it), and the plugin's figures are what it exports
@@ -651,6 +652,108 @@ fn check_durations(s: &Setup, report: &Report) -> Result<(usize, usize), String>
             checked.0 += want.len();
         }
     }
+    Ok(checked)
+}
+
+/// Collectives queued back to back on a communicator (the emulator's user thread enqueues a whole
+/// iteration before its proxy runs the first): per size, the bus bandwidth as the plugin's
+/// counters give it, `rate(service.bus_bytes) / rate(service.time)`, within 5 % of nccl-tests'
+/// figure from the emulator's own record: bytes × bus factor over the time per operation back to
+/// back (each completion less the later of its enqueue and the completions before it). The
+/// latencies, which include the queue, are far longer.
+#[test]
+fn bus_bandwidth_of_back_to_back_collectives_is_nccl_tests_figure() {
+    let (_serial, s) = setup();
+    if s.plugin.driving().legacy() {
+        // v1–v3 (NCCL 2.23–2.26) do not tell the communicator's size: no AllReduce bus factor.
+        return;
+    }
+    let net = Network::new(4, 2, Link::new_us(40.0, 8.0)).with_jitter(0.02);
+    let sizes = [1u64 << 20, 4 << 20];
+    // As nccl-tests runs them: one size at a time, back to back.
+    let calls = sizes.iter().flat_map(|&b| (0..4).map(move |_| Call::all_reduce(b)));
+    let w = Workload::new(net)
+        .comm(CommSpec::new("world", 0..4).channels(2).calls(calls))
+        .iterations(2);
+    for attempt in 1.. {
+        let report = w.run(&s.plugin);
+        match check_bus_bandwidth(s, &report, &sizes) {
+            Ok(checked) => {
+                assert!(checked >= 4 * sizes.len(), "checked {checked} (rank, size) figures");
+                return;
+            }
+            Err(e) if report.max_late > STALL && attempt < 5 => eprintln!("host stall, again: {e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Per (rank, size): the plugin's ratio of summed bus bytes to summed service time against
+/// nccl-tests' figure from the emulator's times; the figures compared.
+fn check_bus_bandwidth(s: &Setup, report: &Report, sizes: &[u64]) -> Result<usize, String> {
+    let exported = Exported::of_run(s);
+    // The emulator's tasks per (comm, rank), in enqueue order.
+    let mut queues: HashMap<(u64, i32), Vec<&emulator::CollTruth>> = HashMap::new();
+    for t in &report.collectives {
+        queues.entry((t.hash, t.rank)).or_default().push(t);
+    }
+    let mut checked = 0;
+    // Summed latencies and back-to-back times: queued, the latencies hold far more.
+    let mut queued = (0.0, 0.0);
+    for (&(hash, rank), tasks) in &mut queues {
+        tasks.sort_by_key(|t| t.start);
+        // Per size: bytes × bus factor and back-to-back time; and the latencies.
+        let mut truth: HashMap<u64, (f64, f64, f64)> = HashMap::new();
+        let mut free: Option<std::time::Instant> = None;
+        for t in tasks.iter() {
+            let Some(end) = t.last_op_stop else { continue };
+            let from = free.map_or(t.start, |f| f.max(t.start));
+            let factor = bus_factor(PluginFunc::AllReduce, t.nranks).expect("nranks known");
+            let e = truth.entry(t.test_size()).or_default();
+            e.0 += t.test_size() as f64 * factor;
+            e.1 += end.saturating_duration_since(from).as_secs_f64();
+            e.2 += end.saturating_duration_since(t.start).as_secs_f64();
+            free = Some(free.map_or(end, |f| f.max(end)));
+        }
+        for &size in sizes {
+            let Some(&(bus, secs, latency)) = truth.get(&size) else {
+                return Err(format!("rank {rank}: no host time at {size} B"));
+            };
+            let class = size_class_name(size_class(size));
+            let sum = |name: &str| -> f64 {
+                exported
+                    .points(name, hash, rank)
+                    .iter()
+                    .filter(|p| {
+                        p.attrs.get("nccl.func").map(String::as_str) == Some("AllReduce")
+                            && p.attrs.get("nccl.size_class").map(String::as_str) == Some(class)
+                    })
+                    .map(|p| p.value)
+                    .sum()
+            };
+            let (want, got) = (
+                bus / secs,
+                sum("nccl.coll.service.bus_bytes") / sum("nccl.coll.service.time"),
+            );
+            eprintln!(
+                "rank {rank} {class}: busBw {:.2} GB/s, nccl-tests {:.2} GB/s, from latency {:.2} GB/s",
+                got / 1e9,
+                want / 1e9,
+                bus / latency / 1e9
+            );
+            if rel(got, want).is_nan() || rel(got, want) > 0.05 {
+                return Err(format!("rank {rank} {class}: busBw {got:.4e} vs nccl-tests {want:.4e}"));
+            }
+            (queued.0, queued.1) = (queued.0 + latency, queued.1 + secs);
+            checked += 1;
+        }
+    }
+    assert!(
+        queued.0 > 1.5 * queued.1,
+        "not back to back: latencies {} s, back-to-back times {} s",
+        queued.0,
+        queued.1
+    );
     Ok(checked)
 }
 

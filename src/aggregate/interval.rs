@@ -1,7 +1,9 @@
 //! One export interval, the second stage of aggregation: the window summaries of the interval
 //! merged per link and per channel, and every figure made from them — each link's queue fit
-//! (latency, bandwidth, R², throughput), each channel's regression, and the nccl-tests bandwidths
-//! of an operation group ([`Scale`]). Plain values out, keyed by what their attributes name; the
+//! (latency, bandwidth, R², throughput), each channel's regression, each operation's queue wait
+//! and service time (split in enqueue order per communicator, across intervals:
+//! [`super::service`]), and the nccl-tests bandwidths and bus bytes of an operation group
+//! ([`Scale`]). Plain values out, keyed by what their attributes name; the
 //! exporter only maps them onto instruments.
 //! Pure; called on the telemetry thread only.
 #![forbid(unsafe_code)]
@@ -11,6 +13,7 @@ use std::collections::BTreeMap;
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
 use super::queue::Queue;
 use super::regression::{Mode, Samples};
+use super::service::{Order, Split};
 use super::summary::{CollKey, WindowSummary};
 use crate::record::{CommMeta, Func};
 
@@ -89,6 +92,8 @@ pub struct Interval {
     mode: Mode,
     links: BTreeMap<(CommKey, i32), LinkTotals>,
     channels: BTreeMap<(CommKey, u8), Samples>,
+    /// Each communicator's queue (by hash and our rank), kept across intervals.
+    orders: BTreeMap<(u64, i32), Order>,
 }
 
 impl Interval {
@@ -98,7 +103,14 @@ impl Interval {
             mode,
             links: BTreeMap::new(),
             channels: BTreeMap::new(),
+            orders: BTreeMap::new(),
         }
+    }
+
+    /// The queue wait and service time of each of `s`'s operations ([`Order::split`]), in
+    /// enqueue order after every operation of its communicator split before.
+    pub fn split(&mut self, s: &WindowSummary) -> Vec<Split> {
+        self.orders.entry((s.comm.hash, s.comm.rank)).or_default().split(s)
     }
 
     /// Merges one window's links and channels into the interval.
@@ -174,6 +186,13 @@ impl Scale {
         let alg = bytes as f64 / secs;
         Some((alg, self.bus_factor.map(|f| alg * f)))
     }
+
+    /// nccl-tests' bus bytes of an operation of `bytes` (`bytes` × bus factor): what, summed and
+    /// divided by the summed time of back-to-back operations, is nccl-tests' busBw; `None`
+    /// without a size or a factor.
+    pub fn bus_bytes(&self, bytes: u64) -> Option<f64> {
+        self.bus_factor.filter(|_| self.sized).map(|f| bytes as f64 * f)
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +215,18 @@ mod tests {
             channels: Vec::new(),
             phases: Default::default(),
             stats: WindowStats::default(),
+        }
+    }
+
+    fn key() -> CollKey {
+        CollKey {
+            func: Func::AllReduce,
+            algo: crate::record::Algo::Ring,
+            proto: crate::record::Proto::Simple,
+            datatype: crate::record::Datatype::Float32,
+            size_class: 10,
+            tag: 0,
+            graph: None,
         }
     }
 
@@ -242,5 +273,7 @@ mod tests {
             bus_factor: None,
         };
         assert_eq!(no_factor.bandwidths(1000, 0.5), Some((2000.0, None)));
+        assert_eq!((no_factor.bus_bytes(1000), unknown.bus_bytes(1000)), (None, None));
+        assert_eq!(Scale::coll(&key(), 4).bus_bytes(1000), Some(1500.0), "AllReduce: 2(n−1)/n");
     }
 }

@@ -3,7 +3,8 @@
 //! table of operations still open across windows ([`open`]) with the operations in flight
 //! ([`flight`]), each link's transfers as a queue
 //! ([`queue`]), the mergeable least-squares
-//! statistics behind every link and channel fit ([`regression`]), nccl-tests' size and
+//! statistics behind every link and channel fit ([`regression`]), each operation's queue wait and
+//! service time ([`service`]), nccl-tests' size and
 //! bandwidth definitions ([`bandwidth`]), and the export interval those summaries are merged
 //! into and fitted over ([`interval`]: the values the exporter reads).
 //! Pure: no I/O, clocks, atomics or OpenTelemetry types.
@@ -16,6 +17,7 @@ pub mod link;
 pub mod open;
 pub mod queue;
 pub mod regression;
+pub mod service;
 pub mod summary;
 
 #[cfg(any(test, feature = "testing"))]

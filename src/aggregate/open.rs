@@ -237,6 +237,7 @@ impl Root {
         let gpu = gpu_done.then(|| p.gpu_stop.checked_sub(p.gpu_start));
         OpSample {
             bytes: self.bytes,
+            start: self.start as f64 * secs_per_tick,
             duration: host.flatten().map(|t| t as f64 * secs_per_tick),
             gpu: gpu.flatten().map(|ns| ns as f64 / 1e9),
             transfers: p.transfers,

@@ -34,6 +34,8 @@ pub struct Transfer {
 pub struct OpSample {
     /// nccl-tests' size ([`super::bandwidth::test_size`]).
     pub bytes: u64,
+    /// Enqueue (its Coll/P2p start) on the host clock, in seconds.
+    pub start: f64,
     /// Host time: start → last linked ProxyOp stop of either direction, in seconds; `None`
     /// without linked ops or when one is unfinished.
     pub duration: Option<f64>,

@@ -11,6 +11,7 @@ use opentelemetry::metrics::{AsyncInstrument, Counter, Histogram, Meter, Observa
 use parking_lot::Mutex;
 
 use crate::aggregate::interval::Scale;
+use crate::aggregate::service::{MISSING, Split};
 use crate::aggregate::{OpSample, Transfer};
 
 /// Histogram bounds for sizes (`By`): powers of two from 1 KiB to 4 GiB.
@@ -61,10 +62,82 @@ pub(super) struct OpInstruments {
     pub(super) transfers: Histogram<u64>,
     pub(super) transfer_size: Histogram<f64>,
     pub(super) transfer_duration: Histogram<f64>,
+    /// Collectives only: a group's P2P sends run together (one kernel), not one after the other.
+    served: Option<Served>,
+}
+
+/// The split of collectives' latency and the sums that make busBw a ratio of sums.
+struct Served {
+    service: Histogram<f64>,
+    queue: Histogram<f64>,
+    service_time: Counter<f64>,
+    service_bus_bytes: Counter<f64>,
+    kernel_time: Counter<f64>,
+    kernel_bus_bytes: Counter<f64>,
+    missing: Counter<u64>,
+}
+
+impl Served {
+    fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
+        Served {
+            service: histogram(
+                meter,
+                format!("{prefix}.service.duration"),
+                "s",
+                format!("Service time of each {what}: from the communicator being free (or its enqueue) to completion"),
+                &DURATION_BOUNDS,
+            ),
+            queue: histogram(
+                meter,
+                format!("{prefix}.queue.duration"),
+                "s",
+                format!("Queue wait of each {what}: enqueue until the earlier operations of its communicator completed"),
+                &DURATION_BOUNDS,
+            ),
+            service_time: f64_counter(
+                meter,
+                format!("{prefix}.service.time"),
+                "s",
+                format!("Service time of every {what} with a service time and a bus factor, summed"),
+            ),
+            service_bus_bytes: f64_counter(
+                meter,
+                format!("{prefix}.service.bus_bytes"),
+                "By",
+                format!(
+                    "Bytes × bus factor of every {what} counted in {prefix}.service.time: \
+                     their rate over its rate is nccl-tests' busBw"
+                ),
+            ),
+            kernel_time: f64_counter(
+                meter,
+                format!("{prefix}.kernel.time"),
+                "s",
+                format!("GPU time of every {what} with a GPU time and a bus factor, summed"),
+            ),
+            kernel_bus_bytes: f64_counter(
+                meter,
+                format!("{prefix}.kernel.bus_bytes"),
+                "By",
+                format!(
+                    "Bytes × bus factor of every {what} counted in {prefix}.kernel.time: \
+                     their rate over its rate is the GPU's busBw"
+                ),
+            ),
+            missing: meter
+                .u64_counter(format!("{prefix}.service.missing"))
+                .with_unit("{operation}")
+                .with_description(format!("Number of {what}s without a service time, by reason"))
+                .build(),
+        }
+    }
 }
 
 impl OpInstruments {
-    fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
+    /// `serial`: the operations run one after the other on their communicator (collectives), so
+    /// their latency is split and their busBw summed.
+    fn new(meter: &Meter, prefix: &str, what: &str, serial: bool) -> Self {
+        let host = if serial { "service time" } else { "host time" };
         OpInstruments {
             bytes: histogram(
                 meter,
@@ -77,7 +150,10 @@ impl OpInstruments {
                 meter,
                 format!("{prefix}.duration"),
                 "s",
-                format!("Host time of each {what}: enqueue to the last network proxy op stop, either direction"),
+                format!(
+                    "Latency of each {what}: enqueue to the last network proxy op stop, either direction \
+                     (includes queueing behind earlier operations)"
+                ),
                 &DURATION_BOUNDS,
             ),
             kernel_duration: histogram(
@@ -91,14 +167,14 @@ impl OpInstruments {
                 meter,
                 format!("{prefix}.algbw"),
                 "By/s",
-                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its host time"),
+                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its {host}"),
                 &BANDWIDTH_BOUNDS,
             ),
             busbw: histogram(
                 meter,
                 format!("{prefix}.busbw"),
                 "By/s",
-                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its host time"),
+                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its {host}"),
                 &BANDWIDTH_BOUNDS,
             ),
             kernel_algbw: histogram(
@@ -135,13 +211,24 @@ impl OpInstruments {
                 format!("Duration of each network transfer of a {what}"),
                 &DURATION_BOUNDS,
             ),
+            served: serial.then(|| Served::new(meter, prefix, what)),
         }
     }
 
     /// Bound once per group: the attribute lookup is paid per call, not per measurement. Only
     /// instruments that get a value are bound (binding alone creates the series). Records a
-    /// group's operations and transfers, with the bytes and bandwidths `scale` gives them.
-    pub(super) fn record(&self, ops: &[OpSample], transfers: &[Transfer], scale: Scale, attrs: &[KeyValue]) {
+    /// group's operations and transfers, with the bytes and bandwidths `scale` gives them. With
+    /// `split` (collectives: each operation's split, and the attributes of the sums), host
+    /// bandwidths come from the service time, and the summed times and bus bytes and the missing
+    /// service times are counted; else (P2P sends) from the latency.
+    pub(super) fn record(
+        &self,
+        ops: &[OpSample],
+        transfers: &[Transfer],
+        scale: Scale,
+        attrs: &[KeyValue],
+        split: Option<(&[Split], &[KeyValue])>,
+    ) {
         if !ops.is_empty() {
             let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
             for op in ops {
@@ -151,23 +238,58 @@ impl OpInstruments {
                 count.record(u64::from(op.transfers));
             }
         }
+        if ops.iter().any(|o| o.duration.is_some()) {
+            let duration = self.duration.bind(attrs);
+            ops.iter().filter_map(|o| o.duration).for_each(|d| duration.record(d));
+        }
+        let served = self.served.as_ref().zip(split);
+        if let Some((served, (splits, _))) = served.filter(|(_, (s, _))| s.iter().any(|s| s.service.is_some())) {
+            let (service, queue) = (served.service.bind(attrs), served.queue.bind(attrs));
+            for s in splits {
+                s.service.inspect(|&v| service.record(v));
+                s.queue.inspect(|&v| queue.record(v));
+            }
+        }
+        let none = Split::default();
+        let split_of = |i: usize| split.and_then(|(s, _)| s.get(i)).unwrap_or(&none);
         let clocks = [
-            (false, &self.duration, &self.algbw, &self.busbw),
-            (true, &self.kernel_duration, &self.kernel_algbw, &self.kernel_busbw),
+            (false, &self.algbw, &self.busbw, served.map(|(s, _)| (&s.service_time, &s.service_bus_bytes))),
+            (true, &self.kernel_algbw, &self.kernel_busbw, served.map(|(s, _)| (&s.kernel_time, &s.kernel_bus_bytes))),
         ];
-        for (gpu, duration, algbw, busbw) in clocks {
-            let time_of = |o: &OpSample| if gpu { o.gpu } else { o.duration };
-            if !ops.iter().any(|o| time_of(o).is_some()) {
+        for (gpu, algbw, busbw, sums) in clocks {
+            let time_of = |i: usize, o: &OpSample| match (gpu, split) {
+                (true, _) => o.gpu,
+                (false, Some(_)) => split_of(i).service,
+                (false, None) => o.duration,
+            };
+            if !ops.iter().enumerate().any(|(i, o)| time_of(i, o).is_some()) {
                 continue;
             }
-            let (duration, algbw, busbw) = (duration.bind(attrs), algbw.bind(attrs), busbw.bind(attrs));
-            for (op, secs) in ops.iter().filter_map(|o| Some((o, time_of(o)?))) {
-                duration.record(secs);
-                if let Some((alg, bus)) = scale.bandwidths(op.bytes, secs) {
+            let kernel_duration = gpu.then(|| self.kernel_duration.bind(attrs));
+            let (algbw, busbw) = (algbw.bind(attrs), busbw.bind(attrs));
+            let (mut secs, mut bus, mut summed) = (0.0, 0.0, false);
+            for (op, t) in ops.iter().enumerate().filter_map(|(i, o)| Some((o, time_of(i, o)?))) {
+                kernel_duration.iter().for_each(|h| h.record(t));
+                if let Some((alg, per_op)) = scale.bandwidths(op.bytes, t) {
                     algbw.record(alg);
-                    if let Some(bus) = bus {
-                        busbw.record(bus);
-                    }
+                    per_op.inspect(|&b| busbw.record(b));
+                }
+                if let Some(b) = scale.bus_bytes(op.bytes) {
+                    (secs, bus, summed) = (secs + t, bus + b, true);
+                }
+            }
+            if let (Some((time, bus_bytes)), Some((_, totals)), true) = (sums, split, summed) {
+                time.add(secs, totals);
+                bus_bytes.add(bus, totals);
+            }
+        }
+        if let Some((served, (splits, totals))) = served {
+            for reason in MISSING {
+                let n = splits.iter().filter(|s| s.missing == Some(reason)).count() as u64;
+                if n > 0 {
+                    let mut attrs = totals.to_vec();
+                    attrs.push(KeyValue::new("nccl.reason", reason));
+                    served.missing.add(n, &attrs);
                 }
             }
         }
@@ -180,12 +302,12 @@ impl OpInstruments {
         }
     }
 
-    /// Measurements [`OpInstruments::record`] makes (at most).
-    pub(super) fn measurements(ops: &[OpSample], transfers: &[Transfer]) -> u64 {
-        let timed = ops
-            .iter()
-            .map(|o| u64::from(o.duration.is_some()) + u64::from(o.gpu.is_some()));
-        2 * ops.len() as u64 + 3 * timed.sum::<u64>() + 2 * transfers.len() as u64
+    /// Measurements [`OpInstruments::record`] makes under the group's attributes (at most).
+    pub(super) fn measurements(ops: &[OpSample], splits: &[Split], transfers: &[Transfer]) -> u64 {
+        let host = ops.iter().map(|o| u64::from(o.duration.is_some())).sum::<u64>();
+        let served = splits.iter().map(|s| 4 * u64::from(s.service.is_some())).sum::<u64>();
+        let gpu = ops.iter().map(|o| 3 * u64::from(o.gpu.is_some())).sum::<u64>();
+        2 * ops.len() as u64 + host + served + gpu + 2 * transfers.len() as u64
     }
 }
 
@@ -264,6 +386,19 @@ fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &
         .build()
 }
 
+fn f64_counter(
+    meter: &Meter,
+    name: String,
+    unit: &'static str,
+    description: String,
+) -> Counter<f64> {
+    meter
+        .f64_counter(name)
+        .with_unit(unit)
+        .with_description(description)
+        .build()
+}
+
 pub(super) fn histogram(
     meter: &Meter,
     name: impl Into<Cow<'static, str>>,
@@ -294,8 +429,8 @@ impl Instruments {
     /// Every instrument of the catalogue, built on `meter`.
     pub(super) fn new(meter: &Meter) -> Self {
         Instruments {
-            coll: OpInstruments::new(meter, "nccl.coll", "collective"),
-            p2p: OpInstruments::new(meter, "nccl.p2p", "P2P send"),
+            coll: OpInstruments::new(meter, "nccl.coll", "collective", true),
+            p2p: OpInstruments::new(meter, "nccl.p2p", "P2P send", false),
             link_bytes: counter(
                 meter,
                 "nccl.link.bytes",

@@ -164,6 +164,17 @@ impl Pipeline {
             .add(n, &[KeyValue::new("nccl.family", family.prefix())]);
     }
 
+    /// The attributes of a collective group's summed times and bus bytes: its communicator's,
+    /// `nccl.func` and `nccl.size_class` (admitted, or the overflow set).
+    fn totals(&mut self, base: &[KeyValue], func: Func, class: u8) -> Vec<KeyValue> {
+        let mut attrs = base.to_vec();
+        attrs.extend([
+            KeyValue::new("nccl.func", func.as_str()),
+            KeyValue::new("nccl.size_class", size_class_name(class)),
+        ]);
+        self.attrs_or_overflow(Family::Coll, attrs, 4)
+    }
+
     /// One window's histograms and counters; its links and channels join the interval.
     fn record(&mut self, s: &WindowSummary) {
         let base = comm_attrs(&s.comm);
@@ -177,7 +188,12 @@ impl Pipeline {
         i.pxn_collectives.add(s.stats.pxn_collectives, &comm);
         i.gpu_invalid.add(s.stats.invalid_gpu, &comm);
 
+        // The collectives' splits come first, group by group.
+        let splits = self.current.split(s);
+        let mut rest = splits.as_slice();
         for g in &s.colls {
+            let (splits, tail) = rest.split_at(g.ops.len().min(rest.len()));
+            rest = tail;
             let mut attrs = base.clone();
             attrs.extend([
                 KeyValue::new("nccl.func", g.key.func.as_str()),
@@ -187,12 +203,13 @@ impl Pipeline {
                 KeyValue::new("nccl.size_class", size_class_name(g.key.size_class)),
             ]);
             attrs.extend(graph_attr(g.key.graph));
-            let n = OpInstruments::measurements(&g.ops, &g.transfers);
+            let n = OpInstruments::measurements(&g.ops, splits, &g.transfers);
+            let totals = self.totals(&base, g.key.func, g.key.size_class);
             self.user_tag(&mut attrs, g.key.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::Coll, attrs, n);
-            self.inst
-                .coll
-                .record(&g.ops, &g.transfers, Scale::coll(&g.key, s.comm.nranks), &attrs);
+            let scale = Scale::coll(&g.key, s.comm.nranks);
+            let split = Some((splits, totals.as_slice()));
+            self.inst.coll.record(&g.ops, &g.transfers, scale, &attrs, split);
             self.waits(&base, g.key.func, &g.ops);
         }
         for g in &s.p2ps {
@@ -204,12 +221,12 @@ impl Pipeline {
                 KeyValue::new("nccl.size_class", size_class_name(g.size_class)),
             ]);
             attrs.extend(graph_attr(g.graph));
-            let n = OpInstruments::measurements(&g.ops, &g.transfers);
+            let n = OpInstruments::measurements(&g.ops, &[], &g.transfers);
             self.user_tag(&mut attrs, g.tag, g.ops.len());
             let attrs = self.attrs_or_overflow(Family::P2p, attrs, n);
             self.inst
                 .p2p
-                .record(&g.ops, &g.transfers, Scale::send(s.comm.nranks), &attrs);
+                .record(&g.ops, &g.transfers, Scale::send(s.comm.nranks), &attrs, None);
             self.waits(&base, Func::Send, &g.ops);
         }
         for l in &s.links {

@@ -320,7 +320,8 @@ pub fn server(
     // The recording rules' series.
     for (record, hash) in [
         ("nccl:coll_duration:mean5m", &healthy),
-        ("nccl:coll_busbw:mean5m", &slow),
+        ("nccl:coll_busbw:rate5m", &slow),
+        ("nccl:coll_kernel_busbw:rate5m", &healthy),
         ("nccl:link_bandwidth:median5m", &slow),
     ] {
         let rows = server
@@ -373,7 +374,7 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
     };
     let ok = |holds: bool, what: &str| if holds { Ok(()) } else { Err(what.to_owned()) };
     match title {
-        t if t.starts_with("Collective time")
+        t if t.starts_with("Collective latency")
             || t.starts_with("Mean collective")
             || t.starts_with("Bus bandwidth")
             || t.starts_with("Operations per second") =>

@@ -362,6 +362,40 @@ pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
     let (bus, _) = total(reqs, "nccl.coll.busbw", &ar);
     close(bus, 1.5 * alg, "AllReduce busBw = 1.5 × algBw on 4 ranks");
     assert!(alg > 0.0 && alg < COLLS as f64 * coll_bytes_per_op / ideal * COLLS as f64);
+    // The latency split: service + queue wait = latency, per operation and so in sum; the summed
+    // service times and bus bytes (2(n−1)/n × size) of the served ones, whose ratio is busBw.
+    let (latency, _) = total(reqs, "nccl.coll.duration", &ar);
+    let (service, served) = total(reqs, "nccl.coll.service.duration", &ar);
+    let (queue, waited) = total(reqs, "nccl.coll.queue.duration", &ar);
+    assert!(
+        served > 0 && served == waited,
+        "{served} service times, {waited} queue waits"
+    );
+    let totals = t.with(&[("nccl.func", "AllReduce"), ("nccl.size_class", "4KiB")]);
+    let missing: f64 = ["no_completion", "predecessor_unknown", "out_of_order"]
+        .iter()
+        .map(|r| {
+            let mut attrs = totals.clone();
+            attrs.insert("nccl.reason".to_owned(), (*r).to_owned());
+            total(reqs, "nccl.coll.service.missing", &attrs).0
+        })
+        .sum();
+    assert_eq!(served + missing as u64, COLLS, "every AllReduce served or counted");
+    if served == COLLS {
+        assert!(
+            (service + queue - latency).abs() <= 1e-9,
+            "service + queue wait = latency"
+        );
+    }
+    // A function's and size class's summed times and bus bytes on `clock`.
+    let sums = |func: &str, class: &str, clock: &str| {
+        let totals = t.with(&[("nccl.func", func), ("nccl.size_class", class)]);
+        let sum = |what: &str| total(reqs, &format!("nccl.coll.{clock}.{what}"), &totals).0;
+        (sum("time"), sum("bus_bytes"))
+    };
+    let (secs, bus) = sums("AllReduce", "4KiB", "service");
+    close(secs, service, "summed service times");
+    close(bus, 1.5 * coll_bytes_per_op * served as f64, "AllReduce bus bytes");
     assert!(
         latest(reqs, "nccl.coll.kernel.duration", &ar).is_none(),
         "no KernelCh, no GPU time"
@@ -389,6 +423,9 @@ pub fn check(reqs: &[ExportMetricsServiceRequest], t: &Truth) {
         0.75 * 2048.0 / gpu,
         "AllGather GPU busBw",
     );
+    let (secs, bus) = sums("AllGather", "2KiB", "kernel");
+    close(secs, gpu, "AllGather summed GPU time");
+    close(bus, 0.75 * 2048.0, "AllGather GPU bus bytes");
 
     // P2P.
     let send = t.send();
@@ -549,7 +586,8 @@ pub fn expand(keys: &[String]) -> Vec<String> {
 /// kernel phases (NCCL 2.31), more distinct user tags than the bound, progress.
 /// The progress family is exported for live communicators only, initial syncs need NCCL 2.31
 /// (tests/signals.rs exports them all).
-const ONLY_SOMETIMES: [&str; 13] = [
+const ONLY_SOMETIMES: [&str; 14] = [
+    "nccl.coll.service.missing",
     "nccl.profiler.cardinality.overflow",
     "nccl.link.latency.missing",
     "nccl.kernel.phase.duration",

@@ -5,7 +5,8 @@
 //! 2.30.7 by default, `--abi v4` one table through that release's adapter), drives it with a short training-like workload on 8 emulated ranks over 2
 //! nodes whose network is modelled (one inter-node link is made 4× slower), and exports real
 //! OTLP/HTTP to a collector inside this program. Then it prints what the collector received: per
-//! collective counts, durations and bandwidth, and the per-link latency/bandwidth matrix from the
+//! function and size, counts, latency, service time and bus bandwidth as nccl-tests computes it
+//! (host and GPU), and the per-link latency/bandwidth matrix from the
 //! plugin's regression (`MIN` mode unless set), where the slow link stands out. No collector or
 //! GPU needed.
 
@@ -176,18 +177,38 @@ fn latest(
     out
 }
 
-/// Per (function, algorithm, protocol): ops, then (count, sum) of sizes (absent where NCCL does
-/// not tell the communicator's size), host times, GPU times and bus bandwidths.
-type Row = (u64, [(u64, f64); 4]);
+/// Per (function, size class): operations; (count, sum) of latencies and of service times; the
+/// summed bus bytes and seconds of the host's (service) and the GPU's bus bandwidth.
+#[derive(Default)]
+struct Row {
+    ops: u64,
+    latency: (u64, f64),
+    service: (u64, f64),
+    bus: [(f64, f64); 2],
+}
 
-/// Prints the collectives table: 76 columns.
+/// A size class's bytes (`1KiB` … `4GiB`), to sort by; `unknown` last.
+fn class_bytes(class: &str) -> u64 {
+    let (n, unit) = class.split_at(class.find(|c: char| !c.is_ascii_digit()).unwrap_or(class.len()));
+    let shift = match unit {
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        _ => return u64::MAX,
+    };
+    n.parse::<u64>().map_or(u64::MAX, |n| n << shift)
+}
+
+/// Prints the collectives table: 70 columns. busBw is nccl-tests': the bus bytes over the
+/// service time, summed (a ratio of sums); GPU busBw the same over the kernels' time
+/// (collectives only).
 fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
-    println!("Collectives and P2P sends (all ranks; means)");
+    println!("Collectives and P2P sends (all ranks; means; busBw as nccl-tests computes it)");
     println!(
-        "{:<13} {:<6} {:<6} {:>6} {:>9} {:>9} {:>9} {:>10}",
-        "function", "algo", "proto", "ops", "size", "host", "GPU", "busBw"
+        "{:<13} {:<7} {:>6} {:>9} {:>9} {:>10} {:>10}",
+        "function", "size", "ops", "latency", "service", "busBw", "GPU busBw"
     );
-    let mut rows: BTreeMap<(String, String, String), Row> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, u64, String), Row> = BTreeMap::new();
     let key = |attrs: &[(String, String)]| {
         let get = |k: &str| {
             attrs
@@ -195,33 +216,44 @@ fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
                 .find(|(n, _)| n == k)
                 .map_or("-".to_string(), |(_, v)| v.clone())
         };
-        (get("nccl.func"), get("nccl.algo"), get("nccl.proto"))
+        let class = get("nccl.size_class");
+        (get("nccl.func"), class_bytes(&class), class)
     };
     for family in ["coll", "p2p"] {
-        for (attrs, p) in latest(requests, &format!("nccl.{family}.transfers")) {
-            rows.entry(key(&attrs)).or_default().0 += p.count;
+        let series = |what: &str| latest(requests, &format!("nccl.{family}.{what}"));
+        for (attrs, p) in series("transfers") {
+            rows.entry(key(&attrs)).or_default().ops += p.count;
         }
-        for (i, what) in ["bytes", "duration", "kernel.duration", "busbw"]
-            .into_iter()
-            .enumerate()
-        {
-            for (attrs, p) in latest(requests, &format!("nccl.{family}.{what}")) {
+        for (what, service) in [("duration", false), ("service.duration", true)] {
+            for (attrs, p) in series(what) {
                 let row = rows.entry(key(&attrs)).or_default();
-                row.1[i].0 += p.count;
-                row.1[i].1 += p.value;
+                let h = if service { &mut row.service } else { &mut row.latency };
+                *h = (h.0 + p.count, h.1 + p.value);
+            }
+        }
+        // Collectives only: a group's P2P sends run together, their times do not add up.
+        for (i, clock) in ["service", "kernel"].into_iter().enumerate() {
+            for (attrs, p) in series(&format!("{clock}.bus_bytes")) {
+                rows.entry(key(&attrs)).or_default().bus[i].0 += p.value;
+            }
+            for (attrs, p) in series(&format!("{clock}.time")) {
+                rows.entry(key(&attrs)).or_default().bus[i].1 += p.value;
             }
         }
     }
     let mean = |(n, sum): (u64, f64)| if n > 0 { sum / n as f64 } else { f64::NAN };
-    for ((func, algo, proto), (ops, [bytes, host, gpu, bus])) in rows {
+    let rate = |(bytes, secs): (f64, f64)| if secs > 0.0 { bytes / secs } else { f64::NAN };
+    for ((func, _, class), row) in rows.into_iter().filter(|(_, r)| r.ops > 0) {
         println!(
-            "{func:<13} {algo:<6} {proto:<6} {ops:>6} {:>9} {:>9} {:>9} {:>10}",
-            human_bytes(mean(bytes)),
-            human_secs(mean(host)),
-            human_secs(mean(gpu)),
-            format!("{}/s", human_bytes(mean(bus)))
+            "{func:<13} {class:<7} {:>6} {:>9} {:>9} {:>10} {:>10}",
+            row.ops,
+            human_secs(mean(row.latency)),
+            human_secs(mean(row.service)),
+            format!("{}/s", human_bytes(rate(row.bus[0]))),
+            format!("{}/s", human_bytes(rate(row.bus[1])))
         );
     }
+    println!("latency: enqueue → completion, includes queueing behind earlier operations");
 }
 
 fn print_links(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {

@@ -3,6 +3,11 @@
 //! It receives tasks (a Coll or P2p with its planned ProxyOps and kernel channels) from its user
 //! thread and progresses all of them in one loop, like NCCL's `progressOps`:
 //!
+//! - One stream per communicator: a task's kernel runs after the kernels enqueued before it, so
+//!   a collective's kernel channels start, and its ProxyOps progress, once every task before it
+//!   finished, and a task after an unfinished collective waits for it (P2P tasks, a group's
+//!   sends and receives, run together). Collectives enqueued back to back thus queue, as on a
+//!   GPU: their enqueue → completion includes the wait.
 //! - ProxyOps start when a task is appended (inside a ProxyCtrl Append burst when the mask has
 //!   ProxyCtrl), get `InProgress` when progress begins, and stop after their last step. CollNet
 //!   ops (`isSend` 0) are started and never touched again.
@@ -198,6 +203,20 @@ struct Active {
     kernels: Vec<Kernel>,
     /// Per channel with a network receive: when each of its receive steps arrives.
     arrivals: Vec<Option<Vec<Instant>>>,
+    /// When its kernel started: at its launch, or once the collectives before it on the
+    /// communicator finished (one stream); `None` while it waits for them.
+    launched: Option<Instant>,
+}
+
+impl Active {
+    fn finished(&self) -> bool {
+        self.launched.is_some() && self.ops.iter().all(|o| o.done) && self.kernels.iter().all(|k| k.done)
+    }
+
+    /// A collective (not a P2P task, which runs together with the rest of its group).
+    fn collective(&self) -> bool {
+        !matches!(self.task.truth.func, Func::Send | Func::Recv)
+    }
 }
 
 /// Earliest coarse and precise wake-up times.
@@ -537,41 +556,6 @@ impl<'a> Proxy<'a> {
                     }
                 })
                 .collect();
-            let kernels = task
-                .kernels
-                .iter()
-                .map(|&plan| {
-                    let start = task.launch + channel_skew(task.launch, plan.channel, self.opts.kernel_skew);
-                    let gpu_start = gpu_ns(start, self.opts.gpu_timer_ns);
-                    self.kernels_posted += 1;
-                    let key = self.kernels_posted;
-                    let handle = match &self.profiler {
-                        _ if !mask::kernel_ch(m) => H::NULL,
-                        Some(tx) => {
-                            let msg = KernelMsg::Start {
-                                key,
-                                context: self.comm.context,
-                                parent: task.root,
-                                channel: plan.channel,
-                                gpu_start,
-                            };
-                            tx.send(msg).expect("profiler thread alive");
-                            H::NULL
-                        }
-                        None => self
-                            .plugin
-                            .kernel_ch(self.comm.context, task.root, plan.channel, gpu_start),
-                    };
-                    Kernel {
-                        plan,
-                        handle,
-                        key,
-                        start,
-                        gpu_start,
-                        done: false,
-                    }
-                })
-                .collect();
             let mut arrivals = Vec::new();
             for op in ops.iter().filter(|o| o.plan.kind == OpKind::Recv) {
                 let ch = usize::from(op.plan.channel);
@@ -584,17 +568,63 @@ impl<'a> Proxy<'a> {
             task.truth.pxn = ops
                 .iter()
                 .any(|o| o.plan.pxn && (!o.handle.is_null() || o.pending.is_some()));
+            // One stream per communicator (see `progress`): launched now, or once what is ahead
+            // finished.
+            let coll = !matches!(task.truth.func, Func::Send | Func::Recv);
+            let waits = self.active.iter().any(Active::collective) || (coll && !self.active.is_empty());
+            let launched = (!waits).then_some(task.launch);
+            let kernels = launched.map_or_else(Vec::new, |at| self.launch_kernels(&task, at));
             self.active.push(Active {
                 task,
                 ops,
                 kernels,
                 arrivals,
+                launched,
             });
         }
         if !ctrl.is_null() {
             self.plugin.state(ctrl, ty::CTRL_APPEND_END, appended);
             self.plugin.stop(ctrl);
         }
+    }
+
+    /// Starts the kernel channels of `task`, its kernel launched at `launch`.
+    fn launch_kernels(&mut self, task: &Task, launch: Instant) -> Vec<Kernel> {
+        let m = task.mask;
+        task.kernels
+            .iter()
+            .map(|&plan| {
+                let start = launch + channel_skew(launch, plan.channel, self.opts.kernel_skew);
+                let gpu_start = gpu_ns(start, self.opts.gpu_timer_ns);
+                self.kernels_posted += 1;
+                let key = self.kernels_posted;
+                let handle = match &self.profiler {
+                    _ if !mask::kernel_ch(m) => H::NULL,
+                    Some(tx) => {
+                        let msg = KernelMsg::Start {
+                            key,
+                            context: self.comm.context,
+                            parent: task.root,
+                            channel: plan.channel,
+                            gpu_start,
+                        };
+                        tx.send(msg).expect("profiler thread alive");
+                        H::NULL
+                    }
+                    None => self
+                        .plugin
+                        .kernel_ch(self.comm.context, task.root, plan.channel, gpu_start),
+                };
+                Kernel {
+                    plan,
+                    handle,
+                    key,
+                    start,
+                    gpu_start,
+                    done: false,
+                }
+            })
+            .collect()
     }
 
     /// One pass over every active task; returns when something is due next.
@@ -604,7 +634,20 @@ impl<'a> Proxy<'a> {
         let mut active = std::mem::take(&mut self.active);
         // The earliest transfer end: when it comes near, the rest of this pass waits.
         let mut near = earliest_deadline(&active);
+        // One stream per communicator: a collective's kernel starts once every task before it
+        // finished, and a task after an unfinished collective waits for it.
+        let (mut ahead, mut coll_ahead) = (false, false);
         for a in &mut active {
+            let coll = a.collective();
+            if coll_ahead || (coll && ahead) {
+                (ahead, coll_ahead) = (true, coll_ahead || coll);
+                continue;
+            }
+            if a.launched.is_none() {
+                let now = Instant::now();
+                a.kernels = self.launch_kernels(&a.task, now);
+                a.launched = Some(now);
+            }
             let Active {
                 task, ops, arrivals, ..
             } = a;
@@ -696,10 +739,12 @@ impl<'a> Proxy<'a> {
                     k.done = true;
                 }
             }
+            let unfinished = !a.finished();
+            (ahead, coll_ahead) = (ahead || unfinished, coll_ahead || (coll && unfinished));
         }
         let now = Instant::now();
         for a in active {
-            if a.ops.iter().all(|o| o.done) && a.kernels.iter().all(|k| k.done) {
+            if a.finished() {
                 let mut truth = a.task.truth;
                 truth.end.get_or_insert(now);
                 self.out.collectives.push(truth);

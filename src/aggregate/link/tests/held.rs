@@ -120,6 +120,7 @@ fn step_with_send_wait_but_no_stop_is_unfinished_not_a_transfer() {
         s.colls[0].ops,
         vec![OpSample {
             bytes: 64,
+            start: 0.0,
             duration: Some(30.0 / 1024.0),
             gpu: None,
             transfers: 1,

@@ -35,6 +35,7 @@ fn ring_allreduce_on_two_channels() {
             // Host time 100 → 350 ticks; one of two kernel channels: no GPU time.
             ops: vec![OpSample {
                 bytes: 4096,
+                start: 100.0 / 1024.0,
                 duration: Some(250.0 / 1024.0),
                 gpu: None,
                 transfers: 6,
@@ -81,6 +82,7 @@ fn p2p_send() {
             graph: None,
             ops: vec![OpSample {
                 bytes: 2048,
+                start: 1000.0 / 1024.0,
                 duration: Some(100.0 / 1024.0),
                 gpu: None,
                 transfers: 2,
@@ -123,6 +125,7 @@ fn child_of_a_parent_in_another_window_is_an_orphan_but_counts_per_link_and_chan
             ops: vec![OpSample {
                 // 64 bytes per rank × 4 ranks.
                 bytes: 256,
+                start: 10.0 / 1024.0,
                 duration: None,
                 gpu: None,
                 transfers: 0,
@@ -157,6 +160,7 @@ fn op_that_never_stops_leaves_the_collective_without_duration() {
         vec![OpSample {
             // 100 bf16 per rank × 4 ranks.
             bytes: 800,
+            start: 0.0,
             duration: None,
             gpu: None,
             transfers: 2,
@@ -187,6 +191,7 @@ fn collective_ends_at_its_last_op_stop_of_either_direction() {
         s.colls[0].ops,
         vec![OpSample {
             bytes: 1024,
+            start: 0.0,
             duration: Some(3000.0 / 1024.0),
             gpu: None,
             transfers: 1,
@@ -230,6 +235,7 @@ fn host_and_gpu_time_are_both_kept() {
         s.colls[0].ops,
         vec![OpSample {
             bytes: 1024,
+            start: 0.0,
             duration: Some(0.5),
             gpu: Some(4e-6),
             transfers: 0,

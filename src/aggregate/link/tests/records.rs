@@ -28,6 +28,7 @@ fn collective_with_kernel_channels_only_gets_gpu_time_only() {
         vec![
             OpSample {
                 bytes: 8,
+                start: 20.0 / 1024.0,
                 duration: None,
                 gpu: None,
                 transfers: 0,
@@ -35,6 +36,7 @@ fn collective_with_kernel_channels_only_gets_gpu_time_only() {
             },
             OpSample {
                 bytes: 8,
+                start: 0.0,
                 duration: None,
                 gpu: Some(4e-6),
                 transfers: 0,
@@ -56,6 +58,7 @@ fn intra_node_collective_has_no_duration() {
         s.colls[0].ops,
         vec![OpSample {
             bytes: 4096,
+            start: 0.0,
             duration: None,
             gpu: None,
             transfers: 0,
@@ -91,6 +94,7 @@ fn fillers_are_ignored() {
         b.colls[0].ops,
         vec![OpSample {
             bytes: 64,
+            start: 0.0,
             duration: Some(10.0 / 1024.0),
             gpu: None,
             transfers: 1,
@@ -137,6 +141,7 @@ fn stray_and_foreign_records_are_ignored() {
         s.colls[0].ops,
         vec![OpSample {
             bytes: 1,
+            start: 0.0,
             duration: Some(10.0 / 1024.0),
             gpu: None,
             transfers: 0,
@@ -170,6 +175,7 @@ fn links_do_not_depend_on_slot_order() {
             key: key(Func::AllReduce, Datatype::Float32, 100),
             ops: vec![OpSample {
                 bytes: 100,
+                start: 0.0,
                 duration: Some(50.0 / 1024.0),
                 gpu: None,
                 transfers: 1,

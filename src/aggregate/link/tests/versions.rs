@@ -158,13 +158,15 @@ fn api_calls_nothing_claims_are_collectives_of_their_own() {
     let (roots, _, unfinished) = unsure.release(&due);
     assert_eq!((roots.len(), unfinished), (0, 1));
     let s = release(WIN, &meta(), SPT, &mut open, at(t0 + HOLD_PLUS, false)).expect("due");
-    let ops: Vec<_> = s
+    let mut ops: Vec<_> = s
         .colls
         .iter()
         .flat_map(|g| g.ops.iter().map(move |o| (g.key.algo, *o)))
         .collect();
-    let sample = OpSample {
+    ops.sort_by(|a, b| a.1.start.total_cmp(&b.1.start));
+    let sample = |ticks: f64| OpSample {
         bytes: 1024,
+        start: ticks * SPT,
         duration: None,
         gpu: None,
         transfers: 0,
@@ -173,6 +175,10 @@ fn api_calls_nothing_claims_are_collectives_of_their_own() {
     // The two Colls (no proxy ops: no time), and the call no Coll claimed.
     assert_eq!(
         ops,
-        [(Algo::Ring, sample), (Algo::Ring, sample), (Algo::Unknown, sample)]
+        [
+            (Algo::Ring, sample(2.0)),
+            (Algo::Unknown, sample(4.0)),
+            (Algo::Ring, sample(6.0))
+        ]
     );
 }
