@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
-use super::queue::Queue;
+use super::idle::Timeline;
+use super::queue::{Lone, Queue};
 use super::regression::{Mode, Samples};
 use super::summary::{CollKey, WindowSummary};
 use crate::record::{CommMeta, Func};
@@ -48,6 +49,8 @@ struct LinkTotals {
     bytes: u64,
     transfers: u64,
     queue: Queue,
+    /// Lone transfers, with the rank of the communicator that saw them (their channel's).
+    lone: Vec<(Lone, i32)>,
 }
 
 /// A link's figures for the interval.
@@ -89,6 +92,7 @@ pub struct Interval {
     mode: Mode,
     links: BTreeMap<(CommKey, i32), LinkTotals>,
     channels: BTreeMap<(CommKey, u8), Samples>,
+    timeline: Timeline,
 }
 
 impl Interval {
@@ -98,6 +102,7 @@ impl Interval {
             mode,
             links: BTreeMap::new(),
             channels: BTreeMap::new(),
+            timeline: Timeline::default(),
         }
     }
 
@@ -108,23 +113,34 @@ impl Interval {
             link.bytes = link.bytes.saturating_add(l.bytes);
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
+            link.lone.extend(l.queue.lone.iter().map(|&lone| (lone, s.comm.rank)));
+            self.timeline.add(&l.queue.spans);
         }
         for c in &s.channels {
             let key = (CommKey::new(&s.comm, s.comm.rank), c.channel);
-            self.channels.entry(key).or_default().merge(&c.samples);
+            self.channels.entry(key).or_default();
         }
     }
 
     /// Ends the interval: its figures, and an empty interval in its place.
     pub fn close(&mut self) -> Figures {
         let mode = self.mode;
+        let check = self.timeline.close();
         let links = std::mem::take(&mut self.links)
             .into_iter()
-            .map(|((comm, peer), link)| LinkFigures {
-                comm,
-                peer,
-                transfers: link.transfers,
-                fit: link.queue.fit(link.bytes, mode),
+            .map(|((comm, peer), mut link)| {
+                // Idle transfers only are latency samples, of their link and their channel.
+                for (lone, rank) in link.lone.iter().filter(|(lone, _)| check.idle(lone.span)) {
+                    link.queue.idle.push(lone.bytes, lone.secs);
+                    let key = (CommKey { rank: *rank, ..comm.clone() }, lone.channel);
+                    self.channels.entry(key).or_default().push(lone.bytes, lone.secs);
+                }
+                LinkFigures {
+                    fit: link.queue.fit(link.bytes, mode),
+                    comm,
+                    peer,
+                    transfers: link.transfers,
+                }
             })
             .collect();
         let channels = std::mem::take(&mut self.channels)

@@ -583,12 +583,10 @@ impl<'a> Pass<'a> {
         self.p2ps.retain(|g| !g.ops.is_empty() || !g.transfers.is_empty());
         self.colls.sort_unstable_by_key(|g| g.key);
         self.p2ps.sort_unstable_by_key(|g| (g.peer, g.datatype, g.size_class));
-        let channels = &mut self.channels;
+        let channels = &self.channels;
         for (link, steps) in self.links.iter_mut().zip(&mut self.link_steps) {
-            link.queue = analyze(steps, self.secs_per_tick, |step, secs| {
-                if let Some(c) = channels.get_mut(step.tag as usize) {
-                    c.samples.push(step.bytes, secs);
-                }
+            link.queue = analyze(steps, self.secs_per_tick, |tag| {
+                channels.get(tag as usize).map_or(0, |c| c.channel)
             });
         }
         self.links.sort_unstable_by_key(|g| (g.rank, g.peer));
