@@ -1,10 +1,12 @@
-//! Which lone transfers (alone in their link's busy period, [`super::queue`]) were idle: nothing
-//! else this process sent was in flight during their SendWait → stop, on any link, channel or
-//! communicator. The interval collects the busy periods of every window it merges and keeps the
-//! previous interval's, so a transfer whose company was in another window, on another
-//! communicator's or peer's link, or just before the interval began is not taken as idle.
-//! Traffic the process does not see (other processes on the NIC, windows processed after the
-//! interval closed) can still pass unseen: a latency from idle transfers is an upper bound.
+//! Which transfers that opened a busy period of their link ([`super::queue`]) were idle: nothing
+//! else this process sent was in flight at their SendWait, on any link, channel or communicator,
+//! so no earlier transfer stood ahead of them in the NIC's queue. The interval collects the busy
+//! periods of every window it merges and keeps the previous interval's, so a transfer behind one
+//! in another window, on another communicator's or peer's link, or just before the interval
+//! began is not taken as idle. Traffic the process does not see (other processes on the NIC,
+//! windows processed after the interval closed) and transfers handed over after it that share
+//! the wire with it (a NIC serving several queues at once) can still lengthen an idle transfer:
+//! a latency from idle transfers is an upper bound.
 //!
 //! Pure; called on the telemetry thread only.
 #![forbid(unsafe_code)]
@@ -43,38 +45,39 @@ impl Timeline {
         let trusted = !self.overflow && !self.overflowed;
         self.overflowed = std::mem::take(&mut self.overflow);
         if !trusted {
-            return Check { groups: Vec::new() };
+            return Check {
+                merged: Vec::new(),
+                all: Vec::new(),
+            };
         }
         all.sort_unstable();
-        // Overlapping periods merged, with how many went into each.
-        let mut groups: Vec<(Span, u32)> = Vec::new();
-        for (from, to) in all {
-            match groups.last_mut() {
-                Some(((_, end), n)) if from < *end => {
-                    *end = (*end).max(to);
-                    *n += 1;
-                }
-                _ => groups.push(((from, to), 1)),
+        // Overlapping periods merged.
+        let mut merged: Vec<Span> = Vec::new();
+        for &(from, to) in &all {
+            match merged.last_mut() {
+                Some((_, end)) if from < *end => *end = (*end).max(to),
+                _ => merged.push((from, to)),
             }
         }
-        Check { groups }
+        Check { merged, all }
     }
 }
 
-/// The merged busy periods of an interval.
+/// The busy periods of an interval, sorted, and merged where they overlap.
 #[derive(Debug)]
 pub struct Check {
-    groups: Vec<(Span, u32)>,
+    merged: Vec<Span>,
+    all: Vec<Span>,
 }
 
 impl Check {
-    /// Whether the lone transfer of `span` overlapped no other known transfer of the process.
-    pub fn idle(&self, span: Span) -> bool {
-        let after = self.groups.partition_point(|g| g.0.0 <= span.0);
-        after
-            .checked_sub(1)
-            .and_then(|i| self.groups.get(i))
-            .is_some_and(|&(group, n)| n == 1 && group == span)
+    /// Whether a transfer handed over at `sent` that opened its link's busy period found no
+    /// other transfer of the process in flight: its period opens a merged one, and no other
+    /// period opened at the same tick.
+    pub fn idle(&self, sent: u64) -> bool {
+        let opens = |spans: &[Span]| spans.partition_point(|s| s.0 < sent)..spans.partition_point(|s| s.0 <= sent);
+        let (merged, all) = (opens(&self.merged), opens(&self.all));
+        merged.len() == 1 && all.len() == 1
     }
 }
 
@@ -83,16 +86,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lone_transfer_is_idle_only_without_company_anywhere() {
+    fn an_opener_is_idle_only_with_nothing_in_flight_anywhere() {
         let mut t = Timeline::default();
-        // Link A: lone at 10..20 and 50..60; link B (another communicator): busy 55..90.
+        // Link A: periods at 10..20 and 50..60; link B (another communicator): busy 40..90;
+        // link C: 20..30, right after A's first period, and 100..110, opening with D's.
         t.add(&[(10, 20), (50, 60)]);
-        t.add(&[(55, 90)]);
-        t.add(&[(20, 30)]); // touching is no overlap
+        t.add(&[(40, 90)]);
+        t.add(&[(20, 30), (100, 110)]);
+        t.add(&[(100, 120)]);
         let c = t.close();
-        assert!(c.idle((10, 20)) && c.idle((20, 30)));
-        assert!(!c.idle((50, 60)));
-        assert!(!c.idle((0, 5)), "a span nobody added");
+        assert!(c.idle(10) && c.idle(20) && c.idle(40));
+        assert!(!c.idle(50), "B was in flight");
+        assert!(!c.idle(100), "two opened at once");
+        assert!(!c.idle(5), "a period nobody added");
     }
 
     #[test]
@@ -102,14 +108,14 @@ mod tests {
         t.close();
         t.add(&[(90, 95), (200, 210)]);
         let c = t.close();
-        assert!(!c.idle((90, 95)), "in flight with a transfer of the interval before");
-        assert!(c.idle((200, 210)));
+        assert!(!c.idle(90), "behind a transfer of the interval before");
+        assert!(c.idle(200));
         t.add(&vec![(1, 2); MAX_SPANS + 1]);
         t.add(&[(300, 310)]);
-        assert!(!t.close().idle((300, 310)));
+        assert!(!t.close().idle(300));
         t.add(&[(400, 410)]);
-        assert!(!t.close().idle((400, 410)), "the interval after an overflow");
+        assert!(!t.close().idle(400), "the interval after an overflow");
         t.add(&[(500, 510)]);
-        assert!(t.close().idle((500, 510)));
+        assert!(t.close().idle(500));
     }
 }

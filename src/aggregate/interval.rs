@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
 use super::idle::Timeline;
-use super::queue::{Lone, Queue};
+use super::queue::{Opener, Queue};
 use super::regression::{Mode, Samples};
 use super::summary::{CollKey, WindowSummary};
 use crate::record::{CommMeta, Func};
@@ -49,8 +49,9 @@ struct LinkTotals {
     bytes: u64,
     transfers: u64,
     queue: Queue,
-    /// Lone transfers, with the rank of the communicator that saw them (their channel's).
-    lone: Vec<(Lone, i32)>,
+    /// Openers of its busy periods, with the rank of the communicator that saw them (their
+    /// channel's).
+    openers: Vec<(Opener, i32)>,
 }
 
 /// A link's figures for the interval.
@@ -113,7 +114,7 @@ impl Interval {
             link.bytes = link.bytes.saturating_add(l.bytes);
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
-            link.lone.extend(l.queue.lone.iter().map(|&lone| (lone, s.comm.rank)));
+            link.openers.extend(l.queue.openers.iter().map(|&o| (o, s.comm.rank)));
             self.timeline.add(&l.queue.spans);
         }
         for c in &s.channels {
@@ -130,10 +131,10 @@ impl Interval {
             .into_iter()
             .map(|((comm, peer), mut link)| {
                 // Idle transfers only are latency samples, of their link and their channel.
-                for (lone, rank) in link.lone.iter().filter(|(lone, _)| check.idle(lone.span)) {
-                    link.queue.idle.push(lone.bytes, lone.secs);
-                    let key = (CommKey { rank: *rank, ..comm.clone() }, lone.channel);
-                    self.channels.entry(key).or_default().push(lone.bytes, lone.secs);
+                for (o, rank) in link.openers.iter().filter(|(o, _)| check.idle(o.sent)) {
+                    link.queue.idle.push(o.bytes, o.secs);
+                    let key = (CommKey { rank: *rank, ..comm.clone() }, o.channel);
+                    self.channels.entry(key).or_default().push(o.bytes, o.secs);
                 }
                 LinkFigures {
                     fit: link.queue.fit(link.bytes, mode),

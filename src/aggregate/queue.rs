@@ -2,9 +2,9 @@
 //! and the connections of all channels to one peer share the link: a step handed to the network
 //! (SendWait) while earlier ones are still in flight waits behind them, so its SendWait → stop
 //! grows with the queue ahead, not only with its size. Taken in SendWait order, a transfer
-//! - **opens** a busy period of the link when every earlier transfer had completed; one alone in
-//!   its busy period is **lone**: a candidate idle transfer, idle only once nothing else of the
-//!   process (any link, communicator or window) was in flight during it ([`super::idle`]);
+//! - **opens** a busy period of the link when every earlier transfer of the link had completed:
+//!   a candidate idle transfer, idle only when no other transfer of the process (any link,
+//!   communicator or window) was in flight at its SendWait either ([`super::idle`]);
 //! - otherwise **waited** behind the link's earlier transfers until the latest of them completed;
 //! - was **queued** when it was handed over more than the wire latency before that completion:
 //!   the wire was still busy, so it completes after the previous completion by exactly the time
@@ -58,11 +58,11 @@ impl Rate {
     }
 }
 
-/// A transfer alone in its busy period of the link.
+/// A transfer that opened a busy period of the link.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Lone {
-    /// SendWait and stop, clock ticks.
-    pub span: Span,
+pub struct Opener {
+    /// Its SendWait, clock ticks.
+    pub sent: u64,
     /// Its bytes.
     pub bytes: u64,
     /// Its SendWait → stop, seconds.
@@ -82,8 +82,8 @@ pub struct Queue {
     pub idle: Samples,
     /// The link's busy periods.
     pub spans: Vec<Span>,
-    /// The transfers alone in their busy period.
-    pub lone: Vec<Lone>,
+    /// The transfers that opened them.
+    pub openers: Vec<Opener>,
     /// Transfers queued behind another: their wire rate.
     pub queued: Rate,
     /// Seconds with at least one transfer in flight.
@@ -95,8 +95,8 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// Adds `other`'s transfers (another window of the same link); its busy periods and lone
-    /// transfers are left to the process-wide check.
+    /// Adds `other`'s transfers (another window of the same link); its busy periods and their
+    /// openers are left to the process-wide check.
     pub fn merge(&mut self, other: &Queue) {
         self.idle.merge(&other.idle);
         self.queued.merge(&other.queued);
@@ -172,41 +172,33 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
         ..Queue::default()
     };
     let secs = |ticks: u64| ticks as f64 * secs_per_tick;
-    // Pass 1: busy periods, lone transfers, waits.
+    // Pass 1: busy periods, their openers, waits.
     let mut last_stop = 0u64;
-    let mut open: Option<(&Step, usize)> = None;
+    let mut open: Option<u64> = None;
     let mut opening_ticks = Vec::new();
-    let close = |q: &mut Queue, first: &Step, members: usize, last_stop: u64| {
-        q.busy += secs(last_stop.saturating_sub(first.sent));
-        q.spans.push((first.sent, last_stop));
-        if members == 1 {
-            let ticks = first.stop.saturating_sub(first.sent);
-            q.lone.push(Lone {
-                span: (first.sent, last_stop),
-                bytes: first.bytes,
+    for (i, s) in steps.iter().enumerate() {
+        if i > 0 && s.sent < last_stop {
+            q.wait += secs(last_stop - s.sent);
+        } else {
+            if let Some(from) = open {
+                q.busy += secs(last_stop.saturating_sub(from));
+                q.spans.push((from, last_stop));
+            }
+            open = Some(s.sent);
+            let ticks = s.stop.saturating_sub(s.sent);
+            opening_ticks.push(ticks);
+            q.openers.push(Opener {
+                sent: s.sent,
+                bytes: s.bytes,
                 secs: secs(ticks),
-                channel: channel(first.tag),
+                channel: channel(s.tag),
             });
-        }
-    };
-    for s in steps.iter() {
-        match open {
-            Some((_, ref mut members)) if s.sent < last_stop => {
-                q.wait += secs(last_stop - s.sent);
-                *members += 1;
-            }
-            _ => {
-                if let Some((first, members)) = open {
-                    close(&mut q, first, members, last_stop);
-                }
-                open = Some((s, 1));
-                opening_ticks.push(s.stop.saturating_sub(s.sent));
-            }
         }
         last_stop = last_stop.max(s.stop);
     }
-    if let Some((first, members)) = open {
-        close(&mut q, first, members, last_stop);
+    if let Some(from) = open {
+        q.busy += secs(last_stop.saturating_sub(from));
+        q.spans.push((from, last_stop));
     }
     // Pass 2: transfers certain to have queued behind a busy wire.
     let bound = low_percentile(&mut opening_ticks).unwrap_or(u64::MAX);
@@ -255,7 +247,7 @@ mod tests {
     fn pipelined_steps_give_the_wire_rate_and_the_first_the_latency() {
         let mut steps: Vec<Step> = (0..8).map(|k| step(0, 10 + 10 * (k + 1), 1000)).collect();
         let q = analyze(&mut steps, 1.0);
-        assert_eq!((q.spans.clone(), q.lone.len()), (vec![(0, 90)], 0));
+        assert_eq!((q.spans.clone(), q.openers.len()), (vec![(0, 90)], 1));
         // Each waited for the ones before it: 20 + 30 + … + 80 ticks.
         assert_eq!((q.wait, q.steps), (350.0, 8));
         // The second was handed over within the first one's latency: not certain to queue.
@@ -276,16 +268,13 @@ mod tests {
         let mut steps = vec![step(100, 130, 2000), step(0, 20, 1000), step(125, 160, 500)];
         let q = analyze(&mut steps, 0.5);
         assert_eq!(q.spans, vec![(0, 20), (100, 160)]);
-        assert_eq!(
-            q.lone,
-            vec![Lone {
-                span: (0, 20),
-                bytes: 1000,
-                secs: 10.0,
-                channel: 0
-            }],
-            "the one at 100 had company"
-        );
+        let opener = |sent, bytes, secs| Opener {
+            sent,
+            bytes,
+            secs,
+            channel: 0,
+        };
+        assert_eq!(q.openers, vec![opener(0, 1000, 10.0), opener(100, 2000, 15.0)]);
         assert_eq!(q.wait, 2.5);
         assert_eq!(
             q.queued,
@@ -299,7 +288,7 @@ mod tests {
     fn out_of_order_completion_counts_for_busy_time_only() {
         let mut steps = vec![step(0, 50, 100), step(10, 40, 100)];
         let q = analyze(&mut steps, 1.0);
-        assert_eq!((q.lone.len(), q.queued.n, q.busy), (0, 0, 50.0));
+        assert_eq!((q.openers.len(), q.queued.n, q.busy), (1, 0, 50.0));
         assert_eq!(analyze(&mut [], 1.0), Queue::default());
     }
 
@@ -314,9 +303,9 @@ mod tests {
             steps.push(step(t + 500, t + 523, 300));
         }
         let mut q = analyze(&mut steps, 1.0);
-        assert_eq!(q.lone.len(), 3);
+        assert_eq!(q.openers.len(), 6);
         assert!(q.fit(24_900, Mode::Avg).latency.is_none(), "no transfer checked idle yet");
-        for l in q.lone.clone() {
+        for l in q.openers.clone() {
             q.idle.push(l.bytes, l.secs);
         }
         let f = q.fit(24_900, Mode::Avg);
@@ -338,7 +327,7 @@ mod tests {
     fn a_stop_before_its_send_wait_is_no_time() {
         // Timestamps NCCL never produces (a stop read before the SendWait) must not panic.
         let q = analyze(&mut [step(50, 10, 1), step(60, 70, 1), step(65, 20, 1)], 1.0);
-        assert_eq!((q.lone.len(), q.wait), (1, 5.0));
+        assert_eq!((q.openers.len(), q.wait), (2, 5.0));
         assert_eq!(q.busy, 10.0);
     }
 
