@@ -413,6 +413,8 @@ pub struct Options {
     pub queue: bool,
     /// Steps in flight per ProxyOp (NCCL: 8).
     pub max_in_flight: usize,
+    /// Time each rank spends between iterations without network traffic (computing).
+    pub gap: Duration,
     /// Each rank waits for a call's tasks to finish before it issues the next: one call in
     /// flight per rank (a serial network), instead of every call of an iteration back to back.
     pub serial: bool,
@@ -463,6 +465,7 @@ impl Default for Options {
             chunk_bytes: 512 << 10,
             queue: true,
             max_in_flight: 8,
+            gap: Duration::ZERO,
             serial: false,
             nic_fifo: false,
             peer_waits: 2,
@@ -710,6 +713,9 @@ impl Workload {
             }
             done.wait_for(issued);
             iteration_done();
+            if !self.options.gap.is_zero() {
+                std::thread::sleep(self.options.gap);
+            }
         }
         let comms: Vec<Comm> = instances.iter().map(|i| i.comm).collect();
         drop(instances); // closes the proxies' queues
