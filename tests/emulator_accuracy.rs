@@ -753,10 +753,13 @@ fn check_pipelined_links(s: &Setup, report: &Report) -> Result<bool, String> {
         let thr = f.throughput.ok_or_else(|| format!("no throughput: {what}"))?;
         naive_off |= emulator::truth::fit(&l.samples()).is_none_or(|(_, b)| rel(b, wire) > 0.5);
         // Sent only while the rank's other link was busy (a peer of the tree, or Send/Recv
-        // alongside the ring): no idle transfer, no latency.
-        if l.idle_steps().is_empty() {
+        // alongside the ring), so without an idle transfer or a period with the wire to itself:
+        // no latency, by the emulator's clock too.
+        if l.measured().is_none() {
             if f.latency.is_some() || (l.disturbed == 0 && rel(thr, busy) > 0.05) {
-                return Err(format!("a latency without an idle transfer, or off: {what}"));
+                return Err(format!(
+                    "a latency the emulator's own timing does not give, or off: {what}"
+                ));
             }
             continue;
         }
@@ -897,7 +900,9 @@ fn busy_links(s: &Setup, w: &Workload) -> Result<(usize, usize, f64), String> {
             l.steps.len(),
             waited * 1e6,
             l.disturbed,
-            got.iter().map(|i| i.latency.map(|x| (x * 1e6) as i64)).collect::<Vec<_>>()
+            got.iter()
+                .map(|i| i.latency.map(|x| (x * 1e6) as i64))
+                .collect::<Vec<_>>()
         );
         for i in &got {
             intervals += 1;
@@ -915,10 +920,11 @@ fn busy_links(s: &Setup, w: &Workload) -> Result<(usize, usize, f64), String> {
 /// Simple steps of 512 KiB pipelined 8 deep, every iteration's collectives issued back to back:
 /// a transfer's SendWait → stop is mostly its wait in the NIC's queue. On a NIC idle at least
 /// 20 % of the time (the job computes between iterations), the latency is there in at least 80 %
-/// of the intervals and within 3× of the wire's; on a saturated one, within 3× or absent and
-/// counted. A host pause (1–4 ms on this VM) lengthens the transfers it hits, on both clocks
-/// alike but not always in the same interval: a failed attempt with disturbed transfers runs
-/// again.
+/// of the intervals and within 3× of the wire's; on a saturated one, or one two communicators
+/// (two peers) share, within 3× or absent and counted: with every busy period shared, no wire
+/// rate is the link's own, so the idle transfers' latency cannot be told from their bytes' time.
+/// A host pause (1–4 ms on this VM) lengthens the transfers it hits, on both clocks alike but not
+/// always in the same interval: a failed attempt runs again.
 #[test]
 fn latency_under_a_busy_nic_is_the_wire_s_or_absent() {
     let (_serial, s) = setup();
@@ -938,7 +944,12 @@ fn latency_under_a_busy_nic_is_the_wire_s_or_absent() {
         }
         w
     };
-    for (gap_us, iterations, idle, shared) in [(3000, 250, true, false), (0, 600, false, false), (3000, 150, true, true)] {
+    // (gap between iterations, iterations, latency expected in 80 % of intervals, two peers).
+    for (gap_us, iterations, idle, shared) in [
+        (3000, 250, true, false),
+        (0, 600, false, false),
+        (3000, 150, false, true),
+    ] {
         let w = workload(gap_us, iterations, shared);
         for attempt in 1.. {
             let outcome = busy_links(s, &w).and_then(|(intervals, present, idle_fraction)| {
@@ -946,7 +957,7 @@ fn latency_under_a_busy_nic_is_the_wire_s_or_absent() {
                     "gap {gap_us} µs: NIC idle {:.0} %, latency in {present} of {intervals} intervals",
                     idle_fraction * 100.0
                 );
-                if idle && idle_fraction < 0.2 {
+                if gap_us > 0 && idle_fraction < 0.2 {
                     panic!("the NIC was idle {:.0} % of the time only", idle_fraction * 100.0);
                 }
                 if intervals < 5 || (idle && (present as f64) < 0.8 * intervals as f64) {

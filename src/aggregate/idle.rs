@@ -6,7 +6,9 @@
 //! began is not taken as idle. Traffic the process does not see (other processes on the NIC,
 //! windows processed after the interval closed) and transfers handed over after it that share
 //! the wire with it (a NIC serving several queues at once) can still lengthen an idle transfer:
-//! a latency from idle transfers is an upper bound.
+//! a latency from idle transfers is an upper bound. A busy period no other one overlapped is
+//! **alone**: its queued transfers give the wire's own rate, which the idle transfers' latency is
+//! computed at (one mixing other links' transfers queued on the same NIC would be too low).
 //!
 //! Pure; called on the telemetry thread only.
 #![forbid(unsafe_code)]
@@ -30,11 +32,11 @@ pub struct Timeline {
 
 impl Timeline {
     /// Adds one window's busy periods of a link.
-    pub fn add(&mut self, spans: &[Span]) {
+    pub fn add(&mut self, spans: impl ExactSizeIterator<Item = Span>) {
         if self.spans.len() + spans.len() > MAX_SPANS {
             self.overflow = true;
         } else {
-            self.spans.extend_from_slice(spans);
+            self.spans.extend(spans);
         }
     }
 
@@ -79,6 +81,14 @@ impl Check {
         let (merged, all) = (opens(&self.merged), opens(&self.all));
         merged.len() == 1 && all.len() == 1
     }
+
+    /// Whether no other busy period of the process overlapped the period `span`.
+    pub fn alone(&self, span: Span) -> bool {
+        let started = |spans: &[Span], to: u64| spans.partition_point(|s| s.0 < to);
+        let before = |spans: &[Span]| spans.partition_point(|s| s.0 < span.0);
+        let merged = self.merged.get(started(&self.merged, span.0.saturating_add(1)).wrapping_sub(1));
+        merged == Some(&span) && started(&self.all, span.1.max(span.0 + 1)) - before(&self.all) == 1
+    }
 }
 
 #[cfg(test)]
@@ -90,32 +100,35 @@ mod tests {
         let mut t = Timeline::default();
         // Link A: periods at 10..20 and 50..60; link B (another communicator): busy 40..90;
         // link C: 20..30, right after A's first period, and 100..110, opening with D's.
-        t.add(&[(10, 20), (50, 60)]);
-        t.add(&[(40, 90)]);
-        t.add(&[(20, 30), (100, 110)]);
-        t.add(&[(100, 120)]);
+        t.add([(10, 20), (50, 60)].into_iter());
+        t.add([(40, 90)].into_iter());
+        t.add([(20, 30), (100, 110)].into_iter());
+        t.add([(100, 120)].into_iter());
         let c = t.close();
         assert!(c.idle(10) && c.idle(20) && c.idle(40));
         assert!(!c.idle(50), "B was in flight");
         assert!(!c.idle(100), "two opened at once");
         assert!(!c.idle(5), "a period nobody added");
+        assert!(c.alone((10, 20)) && c.alone((20, 30)));
+        assert!(!c.alone((50, 60)) && !c.alone((40, 90)) && !c.alone((100, 110)));
+        assert!(!c.alone((0, 5)));
     }
 
     #[test]
     fn the_previous_interval_counts_and_overflow_trusts_nothing() {
         let mut t = Timeline::default();
-        t.add(&[(0, 100)]);
+        t.add([(0, 100)].into_iter());
         t.close();
-        t.add(&[(90, 95), (200, 210)]);
+        t.add([(90, 95), (200, 210)].into_iter());
         let c = t.close();
         assert!(!c.idle(90), "behind a transfer of the interval before");
         assert!(c.idle(200));
-        t.add(&vec![(1, 2); MAX_SPANS + 1]);
-        t.add(&[(300, 310)]);
+        t.add(vec![(1, 2); MAX_SPANS + 1].into_iter());
+        t.add([(300, 310)].into_iter());
         assert!(!t.close().idle(300));
-        t.add(&[(400, 410)]);
+        t.add([(400, 410)].into_iter());
         assert!(!t.close().idle(400), "the interval after an overflow");
-        t.add(&[(500, 510)]);
+        t.add([(500, 510)].into_iter());
         assert!(t.close().idle(500));
     }
 }

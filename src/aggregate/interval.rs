@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
 use super::idle::Timeline;
-use super::queue::{Opener, Queue};
+use super::queue::{Opener, Period, Queue};
 use super::regression::{Mode, Samples};
 use super::summary::{CollKey, WindowSummary};
 use crate::record::{CommMeta, Func};
@@ -52,6 +52,8 @@ struct LinkTotals {
     /// Openers of its busy periods, with the rank of the communicator that saw them (their
     /// channel's).
     openers: Vec<(Opener, i32)>,
+    /// Its busy periods.
+    periods: Vec<Period>,
 }
 
 /// A link's figures for the interval.
@@ -115,7 +117,8 @@ impl Interval {
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
             link.openers.extend(l.queue.openers.iter().map(|&o| (o, s.comm.rank)));
-            self.timeline.add(&l.queue.spans);
+            link.periods.extend_from_slice(&l.queue.periods);
+            self.timeline.add(l.queue.periods.iter().map(|p| p.span));
         }
         for c in &s.channels {
             let key = (CommKey::new(&s.comm, s.comm.rank), c.channel);
@@ -135,6 +138,9 @@ impl Interval {
                     link.queue.idle.push(o.bytes, o.secs);
                     let key = (CommKey { rank: *rank, ..comm.clone() }, o.channel);
                     self.channels.entry(key).or_default().push(o.bytes, o.secs);
+                }
+                for p in link.periods.iter().filter(|p| check.alone(p.span)) {
+                    link.queue.alone.merge(&p.queued);
                 }
                 LinkFigures {
                     fit: link.queue.fit(link.bytes, mode),

@@ -74,6 +74,15 @@ pub struct Opener {
 /// SendWait of a busy period's first transfer and the latest stop in it, clock ticks.
 pub type Span = (u64, u64);
 
+/// A busy period of the link and the wire rate of the transfers queued in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Period {
+    /// When.
+    pub span: Span,
+    /// Its queued transfers.
+    pub queued: Rate,
+}
+
 /// What one window's transfers on a link say about it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Queue {
@@ -81,11 +90,15 @@ pub struct Queue {
     /// ([`super::idle`]), never per window.
     pub idle: Samples,
     /// The link's busy periods.
-    pub spans: Vec<Span>,
+    pub periods: Vec<Period>,
     /// The transfers that opened them.
     pub openers: Vec<Opener>,
     /// Transfers queued behind another: their wire rate.
     pub queued: Rate,
+    /// Those of busy periods no other transfer of the process overlapped: the wire's own rate,
+    /// unmixed with other links' transfers queued on the same NIC. Filled per interval
+    /// ([`super::idle`]), never per window.
+    pub alone: Rate,
     /// Seconds with at least one transfer in flight.
     pub busy: f64,
     /// Seconds the transfers waited for the link's earlier ones to complete, summed.
@@ -100,6 +113,7 @@ impl Queue {
     pub fn merge(&mut self, other: &Queue) {
         self.idle.merge(&other.idle);
         self.queued.merge(&other.queued);
+        self.alone.merge(&other.alone);
         self.busy += other.busy;
         self.wait += other.wait;
         self.steps += other.steps;
@@ -129,13 +143,14 @@ pub struct LinkFit {
 impl Queue {
     /// The link's figures from `bytes` moved: bandwidth from the queued transfers' wire rate
     /// (at least [`MIN_QUEUED`] of them), else from the idle transfers' fit; latency from the
-    /// idle transfers at that bandwidth (one size suffices), else from their fit (two sizes at
-    /// least); throughput from the busy time.
+    /// idle transfers at the wire rate of the periods the link had to itself (one size
+    /// suffices), else from their fit (two sizes at least); throughput from the busy time.
     pub fn fit(&self, bytes: u64, mode: Mode) -> LinkFit {
         let fit = self.idle.fit(mode);
-        let rate = self.queued.per_sec().filter(|_| self.queued.n >= MIN_QUEUED);
+        let enough = |r: &Rate| r.per_sec().filter(|_| r.n >= MIN_QUEUED);
+        let rate = enough(&self.queued);
         let bandwidth = rate.or(fit.map(|f| f.bandwidth()));
-        let latency = match (rate, fit) {
+        let latency = match (enough(&self.alone), fit) {
             (Some(bw), _) => self.idle.latency_at(mode, bw),
             (None, Some(f)) => Some(f.latency()),
             (None, None) => None,
@@ -182,7 +197,10 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
         } else {
             if let Some(from) = open {
                 q.busy += secs(last_stop.saturating_sub(from));
-                q.spans.push((from, last_stop));
+                q.periods.push(Period {
+                    span: (from, last_stop),
+                    queued: Rate::default(),
+                });
             }
             open = Some(s.sent);
             let ticks = s.stop.saturating_sub(s.sent);
@@ -198,16 +216,28 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
     }
     if let Some(from) = open {
         q.busy += secs(last_stop.saturating_sub(from));
-        q.spans.push((from, last_stop));
+        q.periods.push(Period {
+            span: (from, last_stop),
+            queued: Rate::default(),
+        });
     }
     // Pass 2: transfers certain to have queued behind a busy wire.
     let bound = low_percentile(&mut opening_ticks).unwrap_or(u64::MAX);
-    last_stop = 0;
-    for s in steps.iter() {
+    let (mut last_stop, mut period) = (0, 0);
+    for (i, s) in steps.iter().enumerate() {
+        if i > 0 && s.sent >= last_stop {
+            period += 1;
+        }
         if s.sent.saturating_add(bound) < last_stop && s.stop > last_stop {
-            q.queued.bytes = q.queued.bytes.saturating_add(s.bytes);
-            q.queued.secs += secs(s.stop - last_stop);
-            q.queued.n += 1;
+            let one = Rate {
+                bytes: s.bytes,
+                secs: secs(s.stop - last_stop),
+                n: 1,
+            };
+            q.queued.merge(&one);
+            if let Some(p) = q.periods.get_mut(period) {
+                p.queued.merge(&one);
+            }
         }
         last_stop = last_stop.max(s.stop);
     }
@@ -247,7 +277,8 @@ mod tests {
     fn pipelined_steps_give_the_wire_rate_and_the_first_the_latency() {
         let mut steps: Vec<Step> = (0..8).map(|k| step(0, 10 + 10 * (k + 1), 1000)).collect();
         let q = analyze(&mut steps, 1.0);
-        assert_eq!((q.spans.clone(), q.openers.len()), (vec![(0, 90)], 1));
+        assert_eq!((q.periods.len(), q.periods[0].span, q.periods[0].queued), (1, (0, 90), q.queued));
+        assert_eq!(q.openers.len(), 1);
         // Each waited for the ones before it: 20 + 30 + … + 80 ticks.
         assert_eq!((q.wait, q.steps), (350.0, 8));
         // The second was handed over within the first one's latency: not certain to queue.
@@ -267,7 +298,7 @@ mod tests {
     fn separate_transfers_are_idle_and_busy_time_is_their_union() {
         let mut steps = vec![step(100, 130, 2000), step(0, 20, 1000), step(125, 160, 500)];
         let q = analyze(&mut steps, 0.5);
-        assert_eq!(q.spans, vec![(0, 20), (100, 160)]);
+        assert_eq!(q.periods.iter().map(|p| p.span).collect::<Vec<_>>(), vec![(0, 20), (100, 160)]);
         let opener = |sent, bytes, secs| Opener {
             sent,
             bytes,
@@ -308,6 +339,7 @@ mod tests {
         for l in q.openers.clone() {
             q.idle.push(l.bytes, l.secs);
         }
+        q.alone = q.queued;
         let f = q.fit(24_900, Mode::Avg);
         assert_eq!(f.bandwidth, Some(100.0));
         assert!((f.latency.unwrap() - 20.0).abs() < 1e-9, "{f:?}");

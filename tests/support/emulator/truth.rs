@@ -223,8 +223,9 @@ impl LinkTruth {
 /// handed over more than the 5th percentile of the times of the transfers opening a busy period
 /// before the latest earlier completion queued behind a busy wire, and the gap between the two
 /// completions is their wire time. Bandwidth from at least 4 queued, else the idle fit; latency
-/// the idle transfers' mean excess over that bandwidth (with `min`: the mean over sizes of each
-/// size's low percentile's excess), else the fit's intercept.
+/// the idle transfers' mean excess over the rate of at least 4 queued in periods no other
+/// transfer of the process overlapped (with `min`: the mean over sizes of each size's low
+/// percentile's excess), else the fit's intercept.
 pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bool) -> Option<(f64, f64)> {
     let mut by_sent: Vec<&StepTruth> = steps.iter().collect();
     by_sent.sort_by_key(|s| (s.sent, s.stop));
@@ -246,18 +247,36 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
         .get((times.len() as f64 * 0.05) as usize)
         .copied()
         .unwrap_or(f64::INFINITY);
-    let queued: Vec<(u64, f64)> = by_sent
+    // Busy periods of the link: (first SendWait, latest stop); each transfer's period.
+    let mut periods: Vec<(Instant, Instant)> = Vec::new();
+    let mut period_of = Vec::new();
+    for (s, b) in by_sent.iter().zip(&before) {
+        match periods.last_mut() {
+            Some((_, to)) if b.is_some_and(|b| s.sent < b) => *to = (*to).max(s.stop),
+            _ => periods.push((s.sent, s.stop)),
+        }
+        period_of.push(periods.len() - 1);
+    }
+    // A period no other transfer of the process overlapped: the link had the wire to itself.
+    let alone: Vec<bool> = periods
+        .iter()
+        .map(|&(from, to)| !others.iter().any(|&(a, b)| a < to && from < b))
+        .collect();
+    let queued: Vec<(u64, f64, bool)> = by_sent
         .iter()
         .zip(&before)
-        .filter_map(|(s, b)| {
+        .zip(&period_of)
+        .filter_map(|((s, b), &p)| {
             let b = (*b)?;
             let waited = b.saturating_duration_since(s.sent).as_secs_f64() > bound;
-            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b)))
+            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b), alone[p]))
         })
         .collect();
-    let rate = (queued.len() >= 4)
-        .then(|| queued.iter().map(|q| q.0 as f64).sum::<f64>() / queued.iter().map(|q| q.1).sum::<f64>());
-    match rate {
+    let rate = |q: &[&(u64, f64, bool)]| {
+        (q.len() >= 4).then(|| q.iter().map(|q| q.0 as f64).sum::<f64>() / q.iter().map(|q| q.1).sum::<f64>())
+    };
+    let bandwidth = rate(&queued.iter().collect::<Vec<_>>()).or_else(|| fit(&idle).map(|f| f.1))?;
+    let latency = match rate(&queued.iter().filter(|q| q.2).collect::<Vec<_>>()) {
         Some(bw) if min => {
             let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
             idle.iter().for_each(|&(b, t)| by_size.entry(b).or_default().push(t));
@@ -269,14 +288,15 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
                     ts[rank] - b as f64 / bw
                 })
                 .collect();
-            (!excess.is_empty()).then(|| ((excess.iter().sum::<f64>() / excess.len() as f64).max(0.0), bw))
+            (!excess.is_empty()).then(|| (excess.iter().sum::<f64>() / excess.len() as f64).max(0.0))
         }
         Some(bw) => {
             let excess: f64 = idle.iter().map(|&(b, t)| t - b as f64 / bw).sum();
-            (!idle.is_empty()).then(|| ((excess / idle.len() as f64).max(0.0), bw))
+            (!idle.is_empty()).then(|| (excess / idle.len() as f64).max(0.0))
         }
-        None => fit(&idle),
-    }
+        None => fit(&idle).map(|f| f.0),
+    }?;
+    Some((latency, bandwidth))
 }
 
 /// The latest completion among the transfers handed over before each one (sorted by SendWait).
