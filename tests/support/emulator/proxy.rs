@@ -10,8 +10,10 @@
 //!   (stale `transSize`); when the GPU produced the data, SendPeerWait; SendWait with the step's
 //!   bytes when the network takes it: at once ([`Options::queue`], a NIC queue), or once the
 //!   link's wire is free (then SendPeerWait repeats meanwhile). The link (this rank → peer, all
-//!   channels) carries one step's bytes at a time: a step's wire time starts when the wire is
-//!   free, and it stops `latency` after its `bytes / bandwidth` on the wire (both × jitter).
+//!   channels; with [`Options::nic_fifo`] the rank's NIC, shared with its proxies of every
+//!   communicator) carries one step's bytes at a time, first in, first out: a step's wire time
+//!   starts when the wire is free, and it stops `latency` after its `bytes / bandwidth` on the
+//!   wire (both × jitter).
 //! - Receive steps: start (the first one twice with `restart_recv`) + RecvWait; RecvFlushWait and
 //!   RecvGPUWait with the bytes when the data arrived over the inbound link; stop once the GPU
 //!   consumed it.
@@ -273,7 +275,6 @@ impl<'a> Proxy<'a> {
         world: usize,
         net: &'a Network,
         opts: &'a Options,
-        nic: Arc<Mutex<Option<Instant>>>,
     ) -> Proxy<'a> {
         Proxy {
             plugin,
@@ -289,7 +290,7 @@ impl<'a> Proxy<'a> {
             out: Report::default(),
             links: BTreeMap::new(),
             wires: HashMap::new(),
-            nic,
+            nic: Arc::default(),
             aim: Duration::ZERO,
             handed: 0,
             profiler: None,
@@ -302,6 +303,12 @@ impl<'a> Proxy<'a> {
                 length: 0,
             }),
         }
+    }
+
+    /// Sends over `nic`, the NIC of its world rank, with [`Options::nic_fifo`].
+    pub(crate) fn on_nic(mut self, nic: &Arc<Mutex<Option<Instant>>>) -> Proxy<'a> {
+        self.nic = nic.clone();
+        self
     }
 
     /// When the send wire `wire` (peer, true) is free: the link's own, or the NIC's.

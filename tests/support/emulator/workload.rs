@@ -683,7 +683,7 @@ impl Workload {
             let nodes = self.net.nodes(&spec.members) as i32;
             let (comm, _) = plugin.init(Some(&spec.name), spec.hash, nodes, spec.nranks(), rank);
             let (tx, rx) = mpsc::channel();
-            let proxy = proxy::Proxy::new(plugin, comm, spec, rank, w, &self.net, &self.options, nic.clone());
+            let proxy = proxy::Proxy::new(plugin, comm, spec, rank, w, &self.net, &self.options).on_nic(&nic);
             let handle = std::thread::Builder::new()
                 .name(format!("emu-proxy-{}-{rank}", spec.name))
                 .spawn_scoped(s, move || proxy.run(rx))
