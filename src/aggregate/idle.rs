@@ -31,13 +31,14 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    /// Adds one window's busy periods of a link.
-    pub fn add(&mut self, spans: impl ExactSizeIterator<Item = Span>) {
-        if self.spans.len() + spans.len() > MAX_SPANS {
-            self.overflow = true;
-        } else {
+    /// Adds one window's busy periods of a link; whether they were kept (else the interval
+    /// checks nothing, and its caller need not keep what would be checked).
+    pub fn add(&mut self, spans: impl ExactSizeIterator<Item = Span>) -> bool {
+        self.overflow |= self.spans.len() + spans.len() > MAX_SPANS;
+        if !self.overflow {
             self.spans.extend(spans);
         }
+        !self.overflow
     }
 
     /// Ends the interval: the check of its lone transfers; its periods are kept for the next one.

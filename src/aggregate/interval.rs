@@ -116,9 +116,10 @@ impl Interval {
             link.bytes = link.bytes.saturating_add(l.bytes);
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
-            link.openers.extend(l.queue.openers.iter().map(|&o| (o, s.comm.rank)));
-            link.periods.extend_from_slice(&l.queue.periods);
-            self.timeline.add(l.queue.periods.iter().map(|p| p.span));
+            if self.timeline.add(l.queue.periods.iter().map(|p| p.span)) {
+                link.openers.extend(l.queue.openers.iter().map(|&o| (o, s.comm.rank)));
+                link.periods.extend_from_slice(&l.queue.periods);
+            }
         }
         for c in &s.channels {
             let key = (CommKey::new(&s.comm, s.comm.rank), c.channel);
