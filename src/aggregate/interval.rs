@@ -251,6 +251,43 @@ mod tests {
         assert_eq!(interval.close(), Figures::default());
     }
 
+    /// A link's transfer that found its own link idle is no latency sample while another
+    /// communicator's link of the process had one in flight.
+    #[test]
+    fn idle_means_idle_across_communicators() {
+        use crate::aggregate::queue::{Step, analyze};
+        let step = |sent, stop| Step {
+            sent,
+            stop,
+            bytes: 10 * (stop - sent),
+            tag: 0,
+        };
+        let queue = |steps: &mut [Step]| analyze(steps, 1e-6, |_| 3);
+        let with = |rank, hash, queue| {
+            let mut s = summary(rank, vec![LinkGroup {
+                rank,
+                peer: 1,
+                bytes: 0,
+                transfers: 2,
+                queue,
+            }]);
+            s.comm.hash = hash;
+            s
+        };
+        let mut interval = Interval::new(Mode::Avg);
+        // Communicator 7: its link idle at 0 and at 100, when 8's transfer sent at 90 is in
+        // flight: one idle size, no fit. Without 8, two sizes fit.
+        interval.add(&with(0, 7, queue(&mut [step(0, 30), step(100, 140)])));
+        interval.add(&with(0, 8, queue(&mut [step(90, 150)])));
+        let figures = interval.close();
+        let missing = |hash| figures.links.iter().find(|l| l.comm.hash == hash).unwrap().fit.missing;
+        assert_eq!((missing(7), missing(8)), (Some("one_size"), Some("one_size")));
+        assert_eq!(figures.channels.len(), 2, "channel 3 of each");
+        interval.add(&with(0, 7, queue(&mut [step(1000, 1030), step(1100, 1140)])));
+        let alone = interval.close();
+        assert_eq!(alone.links[0].fit.missing, None, "{alone:?}");
+    }
+
     #[test]
     fn bandwidths_need_a_size_and_a_time() {
         let sized = Scale::send(2);
