@@ -919,11 +919,9 @@ fn busy_links(s: &Setup, w: &Workload) -> Result<(usize, usize, f64), String> {
 /// One NIC for everything the process sends (a FIFO over every channel, peer and communicator),
 /// Simple steps of 512 KiB pipelined 8 deep, every iteration's collectives issued back to back:
 /// a transfer's SendWait → stop is mostly its wait in the NIC's queue. On a NIC idle at least
-/// 20 % of the time (the job computes between iterations), the latency is there in at least 80 %
-/// of the intervals and within 3× of the wire's; on a saturated one, or one two communicators
-/// (two peers) share, within 3× or absent and counted: with every busy period shared, no wire
-/// rate is the link's own, so the idle transfers' latency cannot be told from their bytes' time.
-/// A host pause (1–4 ms on this VM) lengthens the transfers it hits, on both clocks alike but not
+/// 20 % of the time (the job computes between iterations), also when two communicators (two
+/// peers) share it, the latency is there in at least 80 % of the intervals and within 3× of the
+/// wire's; on a saturated one, within 3× or absent and counted. A host pause (1–4 ms on this VM) lengthens the transfers it hits, on both clocks alike but not
 /// always in the same interval: a failed attempt runs again.
 #[test]
 fn latency_under_a_busy_nic_is_the_wire_s_or_absent() {
@@ -944,7 +942,8 @@ fn latency_under_a_busy_nic_is_the_wire_s_or_absent() {
         }
         w
     };
-    // (gap between iterations, iterations, latency expected in 80 % of intervals, two peers).
+    // (gap between iterations, iterations, latency expected in 80 % of intervals, two
+    // communicators and peers on the NIC).
     for (gap_us, iterations, idle, shared) in [
         (3000, 250, true, false),
         (0, 600, false, false),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
 use super::idle::Timeline;
-use super::queue::{Opener, Period, Queue};
+use super::queue::{Gap, Opener, Queue, Rate};
 use super::regression::{Mode, Samples};
 use super::summary::{CollKey, WindowSummary};
 use crate::record::{CommMeta, Func};
@@ -43,6 +43,9 @@ impl CommKey {
     }
 }
 
+/// Queued transfers per link and interval checked for a clean gap: enough for a wire rate.
+const MAX_GAPS: usize = 1024;
+
 /// A link's transfers in the interval so far.
 #[derive(Clone, Debug, Default)]
 struct LinkTotals {
@@ -52,8 +55,8 @@ struct LinkTotals {
     /// Openers of its busy periods, with the rank of the communicator that saw them (their
     /// channel's).
     openers: Vec<(Opener, i32)>,
-    /// Its busy periods.
-    periods: Vec<Period>,
+    /// Its queued transfers' gaps, the first [`MAX_GAPS`].
+    gaps: Vec<Gap>,
 }
 
 /// A link's figures for the interval.
@@ -116,9 +119,10 @@ impl Interval {
             link.bytes = link.bytes.saturating_add(l.bytes);
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
-            if self.timeline.add(l.queue.periods.iter().map(|p| p.span)) {
+            if self.timeline.add(&l.queue.spans, &l.queue.stops) {
                 link.openers.extend(l.queue.openers.iter().map(|&o| (o, s.comm.rank)));
-                link.periods.extend_from_slice(&l.queue.periods);
+                let room = MAX_GAPS.saturating_sub(link.gaps.len());
+                link.gaps.extend(l.queue.gaps.iter().take(room));
             }
         }
         for c in &s.channels {
@@ -140,8 +144,13 @@ impl Interval {
                     let key = (CommKey { rank: *rank, ..comm.clone() }, o.channel);
                     self.channels.entry(key).or_default().push(o.bytes, o.secs);
                 }
-                for p in link.periods.iter().filter(|p| check.alone(p.span)) {
-                    link.queue.alone.merge(&p.queued);
+                for g in link.gaps.iter().filter(|g| check.clean(g.after, g.stop)) {
+                    let one = Rate {
+                        bytes: g.bytes,
+                        secs: g.secs,
+                        n: 1,
+                    };
+                    link.queue.alone.merge(&one);
                 }
                 LinkFigures {
                     fit: link.queue.fit(link.bytes, mode),

@@ -74,13 +74,18 @@ pub struct Opener {
 /// SendWait of a busy period's first transfer and the latest stop in it, clock ticks.
 pub type Span = (u64, u64);
 
-/// A busy period of the link and the wire rate of the transfers queued in it.
+/// A queued transfer: the completion before it and its own, clock ticks; its bytes went over the
+/// wire in between, unless another transfer of the process completed there too.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Period {
-    /// When.
-    pub span: Span,
-    /// Its queued transfers.
-    pub queued: Rate,
+pub struct Gap {
+    /// The latest completion of the link's earlier transfers.
+    pub after: u64,
+    /// Its stop.
+    pub stop: u64,
+    /// Its bytes.
+    pub bytes: u64,
+    /// `stop - after`, seconds.
+    pub secs: f64,
 }
 
 /// What one window's transfers on a link say about it.
@@ -90,12 +95,16 @@ pub struct Queue {
     /// ([`super::idle`]), never per window.
     pub idle: Samples,
     /// The link's busy periods.
-    pub periods: Vec<Period>,
+    pub spans: Vec<Span>,
+    /// Every transfer's stop, clock ticks.
+    pub stops: Vec<u64>,
+    /// Its queued transfers' gaps.
+    pub gaps: Vec<Gap>,
     /// The transfers that opened them.
     pub openers: Vec<Opener>,
     /// Transfers queued behind another: their wire rate.
     pub queued: Rate,
-    /// Those of busy periods no other transfer of the process overlapped: the wire's own rate,
+    /// Those in whose gap no other transfer of the process completed: the wire's own rate,
     /// unmixed with other links' transfers queued on the same NIC. Filled per interval
     /// ([`super::idle`]), never per window.
     pub alone: Rate,
@@ -143,8 +152,9 @@ pub struct LinkFit {
 impl Queue {
     /// The link's figures from `bytes` moved: bandwidth from the queued transfers' wire rate
     /// (at least [`MIN_QUEUED`] of them), else from the idle transfers' fit; latency from the
-    /// idle transfers at the wire rate of the periods the link had to itself (one size
-    /// suffices), else from their fit (two sizes at least); throughput from the busy time.
+    /// idle transfers at the wire rate of the queued transfers no other link's completion came
+    /// between (one size suffices), else from their fit (two sizes at least); throughput from
+    /// the busy time.
     pub fn fit(&self, bytes: u64, mode: Mode) -> LinkFit {
         let fit = self.idle.fit(mode);
         let enough = |r: &Rate| r.per_sec().filter(|_| r.n >= MIN_QUEUED);
@@ -197,10 +207,7 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
         } else {
             if let Some(from) = open {
                 q.busy += secs(last_stop.saturating_sub(from));
-                q.periods.push(Period {
-                    span: (from, last_stop),
-                    queued: Rate::default(),
-                });
+                q.spans.push((from, last_stop));
             }
             open = Some(s.sent);
             let ticks = s.stop.saturating_sub(s.sent);
@@ -216,28 +223,24 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
     }
     if let Some(from) = open {
         q.busy += secs(last_stop.saturating_sub(from));
-        q.periods.push(Period {
-            span: (from, last_stop),
-            queued: Rate::default(),
-        });
+        q.spans.push((from, last_stop));
     }
+    q.stops.extend(steps.iter().map(|s| s.stop));
     // Pass 2: transfers certain to have queued behind a busy wire.
     let bound = low_percentile(&mut opening_ticks).unwrap_or(u64::MAX);
-    let (mut last_stop, mut period) = (0, 0);
-    for (i, s) in steps.iter().enumerate() {
-        if i > 0 && s.sent >= last_stop {
-            period += 1;
-        }
+    last_stop = 0;
+    for s in steps.iter() {
         if s.sent.saturating_add(bound) < last_stop && s.stop > last_stop {
-            let one = Rate {
+            let gap = Gap {
+                after: last_stop,
+                stop: s.stop,
                 bytes: s.bytes,
                 secs: secs(s.stop - last_stop),
-                n: 1,
             };
-            q.queued.merge(&one);
-            if let Some(p) = q.periods.get_mut(period) {
-                p.queued.merge(&one);
-            }
+            q.queued.bytes = q.queued.bytes.saturating_add(gap.bytes);
+            q.queued.secs += gap.secs;
+            q.queued.n += 1;
+            q.gaps.push(gap);
         }
         last_stop = last_stop.max(s.stop);
     }
@@ -277,7 +280,7 @@ mod tests {
     fn pipelined_steps_give_the_wire_rate_and_the_first_the_latency() {
         let mut steps: Vec<Step> = (0..8).map(|k| step(0, 10 + 10 * (k + 1), 1000)).collect();
         let q = analyze(&mut steps, 1.0);
-        assert_eq!((q.periods.len(), q.periods[0].span, q.periods[0].queued), (1, (0, 90), q.queued));
+        assert_eq!((q.spans.clone(), q.gaps.len(), q.stops.len()), (vec![(0, 90)], 6, 8));
         assert_eq!(q.openers.len(), 1);
         // Each waited for the ones before it: 20 + 30 + … + 80 ticks.
         assert_eq!((q.wait, q.steps), (350.0, 8));
@@ -298,7 +301,7 @@ mod tests {
     fn separate_transfers_are_idle_and_busy_time_is_their_union() {
         let mut steps = vec![step(100, 130, 2000), step(0, 20, 1000), step(125, 160, 500)];
         let q = analyze(&mut steps, 0.5);
-        assert_eq!(q.periods.iter().map(|p| p.span).collect::<Vec<_>>(), vec![(0, 20), (100, 160)]);
+        assert_eq!(q.spans, vec![(0, 20), (100, 160)]);
         let opener = |sent, bytes, secs| Opener {
             sent,
             bytes,

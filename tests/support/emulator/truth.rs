@@ -223,8 +223,8 @@ impl LinkTruth {
 /// handed over more than the 5th percentile of the times of the transfers opening a busy period
 /// before the latest earlier completion queued behind a busy wire, and the gap between the two
 /// completions is their wire time. Bandwidth from at least 4 queued, else the idle fit; latency
-/// the idle transfers' mean excess over the rate of at least 4 queued in periods no other
-/// transfer of the process overlapped (with `min`: the mean over sizes of each size's low
+/// the idle transfers' mean excess over the rate of at least 4 queued in whose gap no other
+/// transfer of the process completed (with `min`: the mean over sizes of each size's low
 /// percentile's excess), else the fit's intercept.
 pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bool) -> Option<(f64, f64)> {
     let mut by_sent: Vec<&StepTruth> = steps.iter().collect();
@@ -247,29 +247,21 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
         .get((times.len() as f64 * 0.05) as usize)
         .copied()
         .unwrap_or(f64::INFINITY);
-    // Busy periods of the link: (first SendWait, latest stop); each transfer's period.
-    let mut periods: Vec<(Instant, Instant)> = Vec::new();
-    let mut period_of = Vec::new();
-    for (s, b) in by_sent.iter().zip(&before) {
-        match periods.last_mut() {
-            Some((_, to)) if b.is_some_and(|b| s.sent < b) => *to = (*to).max(s.stop),
-            _ => periods.push((s.sent, s.stop)),
-        }
-        period_of.push(periods.len() - 1);
-    }
-    // A period no other transfer of the process overlapped: the link had the wire to itself.
-    let alone: Vec<bool> = periods
-        .iter()
-        .map(|&(from, to)| !others.iter().any(|&(a, b)| a < to && from < b))
-        .collect();
+    // Every completion of the process, to tell whether one came between a queued transfer's
+    // previous completion on the link and its own.
+    let mut stops: Vec<Instant> = steps.iter().map(|s| s.stop).chain(others.iter().map(|o| o.1)).collect();
+    stops.sort_unstable();
+    let clean = |after: Instant, stop: Instant| {
+        let from = stops.partition_point(|&x| x <= after);
+        stops.get(from).is_none_or(|&x| x >= stop)
+    };
     let queued: Vec<(u64, f64, bool)> = by_sent
         .iter()
         .zip(&before)
-        .zip(&period_of)
-        .filter_map(|((s, b), &p)| {
+        .filter_map(|(s, b)| {
             let b = (*b)?;
             let waited = b.saturating_duration_since(s.sent).as_secs_f64() > bound;
-            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b), alone[p]))
+            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b), clean(b, s.stop)))
         })
         .collect();
     let rate = |q: &[&(u64, f64, bool)]| {
