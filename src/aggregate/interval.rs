@@ -120,9 +120,11 @@ impl Interval {
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
             if self.timeline.add(&l.queue.spans, &l.queue.stops) {
-                link.openers.extend(l.queue.openers.iter().map(|&o| (o, s.comm.rank)));
+                let t = &self.timeline;
+                let openers = l.queue.openers.iter().filter(|o| t.candidate(o.sent, o.sent));
+                link.openers.extend(openers.map(|&o| (o, s.comm.rank)));
                 let room = MAX_GAPS.saturating_sub(link.gaps.len());
-                link.gaps.extend(l.queue.gaps.iter().take(room));
+                link.gaps.extend(l.queue.gaps.iter().filter(|g| t.candidate(g.after, g.stop)).take(room));
             }
         }
         for c in &s.channels {
