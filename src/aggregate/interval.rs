@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
-use super::queue::Queue;
+use super::idle::Timeline;
+use super::queue::{Gap, Opener, Queue, Rate};
 use super::regression::{Mode, Samples};
 use super::service::{Order, Split};
 use super::summary::{CollKey, WindowSummary};
@@ -45,12 +46,20 @@ impl CommKey {
     }
 }
 
+/// Queued transfers per link and interval checked for a clean gap: enough for a wire rate.
+const MAX_GAPS: usize = 1024;
+
 /// A link's transfers in the interval so far.
 #[derive(Clone, Debug, Default)]
 struct LinkTotals {
     bytes: u64,
     transfers: u64,
     queue: Queue,
+    /// Openers of its busy periods, with the rank of the communicator that saw them (their
+    /// channel's).
+    openers: Vec<(Opener, i32)>,
+    /// Its queued transfers' gaps, the first [`MAX_GAPS`].
+    gaps: Vec<Gap>,
 }
 
 /// A link's figures for the interval.
@@ -94,6 +103,7 @@ pub struct Interval {
     channels: BTreeMap<(CommKey, u8), Samples>,
     /// Each communicator's queue (by hash and our rank), kept across intervals.
     orders: BTreeMap<(u64, i32), Order>,
+    timeline: Timeline,
 }
 
 impl Interval {
@@ -104,6 +114,7 @@ impl Interval {
             links: BTreeMap::new(),
             channels: BTreeMap::new(),
             orders: BTreeMap::new(),
+            timeline: Timeline::default(),
         }
     }
 
@@ -120,23 +131,47 @@ impl Interval {
             link.bytes = link.bytes.saturating_add(l.bytes);
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
+            if self.timeline.add(&l.queue.spans, &l.queue.stops) {
+                let t = &self.timeline;
+                let openers = l.queue.openers.iter().filter(|o| t.candidate(o.sent, o.sent));
+                link.openers.extend(openers.map(|&o| (o, s.comm.rank)));
+                let room = MAX_GAPS.saturating_sub(link.gaps.len());
+                link.gaps.extend(l.queue.gaps.iter().filter(|g| t.candidate(g.after, g.stop)).take(room));
+            }
         }
         for c in &s.channels {
             let key = (CommKey::new(&s.comm, s.comm.rank), c.channel);
-            self.channels.entry(key).or_default().merge(&c.samples);
+            self.channels.entry(key).or_default();
         }
     }
 
     /// Ends the interval: its figures, and an empty interval in its place.
     pub fn close(&mut self) -> Figures {
         let mode = self.mode;
+        let check = self.timeline.close();
         let links = std::mem::take(&mut self.links)
             .into_iter()
-            .map(|((comm, peer), link)| LinkFigures {
-                comm,
-                peer,
-                transfers: link.transfers,
-                fit: link.queue.fit(link.bytes, mode),
+            .map(|((comm, peer), mut link)| {
+                // Idle transfers only are latency samples, of their link and their channel.
+                for (o, rank) in link.openers.iter().filter(|(o, _)| check.idle(o.sent)) {
+                    link.queue.idle.push(o.bytes, o.secs);
+                    let key = (CommKey { rank: *rank, ..comm.clone() }, o.channel);
+                    self.channels.entry(key).or_default().push(o.bytes, o.secs);
+                }
+                for g in link.gaps.iter().filter(|g| check.clean(g.after, g.stop)) {
+                    let one = Rate {
+                        bytes: g.bytes,
+                        secs: g.secs,
+                        n: 1,
+                    };
+                    link.queue.alone.merge(&one);
+                }
+                LinkFigures {
+                    fit: link.queue.fit(link.bytes, mode),
+                    comm,
+                    peer,
+                    transfers: link.transfers,
+                }
             })
             .collect();
         let channels = std::mem::take(&mut self.channels)
@@ -256,6 +291,43 @@ mod tests {
         assert_eq!((l.comm.rank, l.peer, l.transfers), (5, 1, 2));
         assert_eq!(l.fit.throughput, Some(3072.0 / 2e-5));
         assert_eq!(interval.close(), Figures::default());
+    }
+
+    /// A link's transfer that found its own link idle is no latency sample while another
+    /// communicator's link of the process had one in flight.
+    #[test]
+    fn idle_means_idle_across_communicators() {
+        use crate::aggregate::queue::{Step, analyze};
+        let step = |sent, stop| Step {
+            sent,
+            stop,
+            bytes: 10 * (stop - sent),
+            tag: 0,
+        };
+        let queue = |steps: &mut [Step]| analyze(steps, 1e-6, |_| 3);
+        let with = |rank, hash, queue| {
+            let mut s = summary(rank, vec![LinkGroup {
+                rank,
+                peer: 1,
+                bytes: 0,
+                transfers: 2,
+                queue,
+            }]);
+            s.comm.hash = hash;
+            s
+        };
+        let mut interval = Interval::new(Mode::Avg);
+        // Communicator 7: its link idle at 0 and at 100, when 8's transfer sent at 90 is in
+        // flight: one idle size, no fit. Without 8, two sizes fit.
+        interval.add(&with(0, 7, queue(&mut [step(0, 30), step(100, 140)])));
+        interval.add(&with(0, 8, queue(&mut [step(90, 150)])));
+        let figures = interval.close();
+        let missing = |hash| figures.links.iter().find(|l| l.comm.hash == hash).unwrap().fit.missing;
+        assert_eq!((missing(7), missing(8)), (Some("one_size"), Some("one_size")));
+        assert_eq!(figures.channels.len(), 2, "channel 3 of each");
+        interval.add(&with(0, 7, queue(&mut [step(1000, 1030), step(1100, 1140)])));
+        let alone = interval.close();
+        assert_eq!(alone.links[0].fit.missing, None, "{alone:?}");
     }
 
     #[test]

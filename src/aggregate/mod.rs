@@ -11,6 +11,7 @@
 
 pub mod bandwidth;
 pub mod flight;
+pub mod idle;
 pub mod interval;
 pub mod lifetime;
 pub mod link;

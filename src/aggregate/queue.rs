@@ -2,14 +2,15 @@
 //! and the connections of all channels to one peer share the link: a step handed to the network
 //! (SendWait) while earlier ones are still in flight waits behind them, so its SendWait → stop
 //! grows with the queue ahead, not only with its size. Taken in SendWait order, a transfer
-//! - found the link **idle** when every earlier transfer had completed: its SendWait → stop is
-//!   latency + bytes / bandwidth;
-//! - was **queued** when it was handed over more than that latency before the previous
-//!   completion: the wire was still busy, so it completes after the previous completion by
-//!   exactly the time the wire took its bytes (a low percentile of the idle times bounds the
-//!   latency from above, so only transfers certain to have queued count, and a few idle times
-//!   made too short by a preempted proxy thread do not lower the bound);
-//! - otherwise came during the previous transfer's latency: neither (busy time only).
+//! - **opens** a busy period of the link when every earlier transfer of the link had completed:
+//!   a candidate idle transfer, idle only when no other transfer of the process (any link,
+//!   communicator or window) was in flight at its SendWait either ([`super::idle`]);
+//! - otherwise **waited** behind the link's earlier transfers until the latest of them completed;
+//! - was **queued** when it was handed over more than the wire latency before that completion:
+//!   the wire was still busy, so it completes after the previous completion by exactly the time
+//!   the wire took its bytes (a low percentile of the opening transfers' times bounds the latency
+//!   from above, so only transfers certain to have queued count, and a few times made too short
+//!   by a preempted proxy thread do not lower the bound).
 //!
 //! The link was **busy** while at least one transfer was in flight.
 //!
@@ -57,23 +58,74 @@ impl Rate {
     }
 }
 
+/// A transfer that opened a busy period of the link.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Opener {
+    /// Its SendWait, clock ticks.
+    pub sent: u64,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Its SendWait → stop, seconds.
+    pub secs: f64,
+    /// Its channel.
+    pub channel: u8,
+}
+
+/// SendWait of a busy period's first transfer and the latest stop in it, clock ticks.
+pub type Span = (u64, u64);
+
+/// A queued transfer: the completion before it and its own, clock ticks; its bytes went over the
+/// wire in between, unless another transfer of the process completed there too.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Gap {
+    /// The latest completion of the link's earlier transfers.
+    pub after: u64,
+    /// Its stop.
+    pub stop: u64,
+    /// Its bytes.
+    pub bytes: u64,
+    /// `stop - after`, seconds.
+    pub secs: f64,
+}
+
 /// What one window's transfers on a link say about it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Queue {
-    /// Transfers that found the link idle: (bytes, SendWait → stop seconds).
+    /// Transfers idle process-wide: (bytes, SendWait → stop seconds). Filled per interval
+    /// ([`super::idle`]), never per window.
     pub idle: Samples,
+    /// The link's busy periods.
+    pub spans: Vec<Span>,
+    /// Every transfer's stop, clock ticks.
+    pub stops: Vec<u64>,
+    /// Its queued transfers' gaps.
+    pub gaps: Vec<Gap>,
+    /// The transfers that opened them.
+    pub openers: Vec<Opener>,
     /// Transfers queued behind another: their wire rate.
     pub queued: Rate,
+    /// Those in whose gap no other transfer of the process completed: the wire's own rate,
+    /// unmixed with other links' transfers queued on the same NIC. Filled per interval
+    /// ([`super::idle`]), never per window.
+    pub alone: Rate,
     /// Seconds with at least one transfer in flight.
     pub busy: f64,
+    /// Seconds the transfers waited for the link's earlier ones to complete, summed.
+    pub wait: f64,
+    /// Transfers.
+    pub steps: u64,
 }
 
 impl Queue {
-    /// Adds `other`'s transfers (another window of the same link).
+    /// Adds `other`'s transfers (another window of the same link); its busy periods and their
+    /// openers are left to the process-wide check.
     pub fn merge(&mut self, other: &Queue) {
         self.idle.merge(&other.idle);
         self.queued.merge(&other.queued);
+        self.alone.merge(&other.alone);
         self.busy += other.busy;
+        self.wait += other.wait;
+        self.steps += other.steps;
     }
 }
 
@@ -91,6 +143,8 @@ pub struct LinkFit {
     pub r2: Option<f64>,
     /// Bytes moved per second of busy time (achieved throughput).
     pub throughput: Option<f64>,
+    /// Mean seconds a transfer waited for the link's earlier transfers to complete.
+    pub wait: Option<f64>,
     /// Why there is no latency: `no_idle_transfer`, `one_size` or `no_fit`.
     pub missing: Option<&'static str>,
 }
@@ -98,13 +152,15 @@ pub struct LinkFit {
 impl Queue {
     /// The link's figures from `bytes` moved: bandwidth from the queued transfers' wire rate
     /// (at least [`MIN_QUEUED`] of them), else from the idle transfers' fit; latency from the
-    /// idle transfers at that bandwidth (one size suffices), else from their fit (two sizes at
-    /// least); throughput from the busy time.
+    /// idle transfers at the wire rate of the queued transfers no other link's completion came
+    /// between (one size suffices), else from their fit (two sizes at least); throughput from
+    /// the busy time.
     pub fn fit(&self, bytes: u64, mode: Mode) -> LinkFit {
         let fit = self.idle.fit(mode);
-        let rate = self.queued.per_sec().filter(|_| self.queued.n >= MIN_QUEUED);
+        let enough = |r: &Rate| r.per_sec().filter(|_| r.n >= MIN_QUEUED);
+        let rate = enough(&self.queued);
         let bandwidth = rate.or(fit.map(|f| f.bandwidth()));
-        let latency = match (rate, fit) {
+        let latency = match (enough(&self.alone), fit) {
             (Some(bw), _) => self.idle.latency_at(mode, bw),
             (None, Some(f)) => Some(f.latency()),
             (None, None) => None,
@@ -122,48 +178,69 @@ impl Queue {
             bandwidth,
             r2: fit.map(|f| f.r2),
             throughput: (self.busy > 0.0 && throughput.is_finite()).then_some(throughput),
+            wait: (self.steps > 0).then(|| self.wait / self.steps as f64),
             missing,
         }
     }
 }
 
-/// Classifies a link's transfers (sorted here by SendWait); `idle` also gets each idle one with
-/// its seconds. A transfer completing no later than one before it (out of order) counts for the
-/// busy time only.
-pub fn analyze(steps: &mut [Step], secs_per_tick: f64, mut idle: impl FnMut(&Step, f64)) -> Queue {
+/// Classifies a link's transfers (sorted here by SendWait); `channel` names the channel of a
+/// step's tag. A transfer completing no later than one before it (out of order) counts for the
+/// busy time and its wait only.
+pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> u8) -> Queue {
     // One proxy thread records a link's steps nearly in SendWait order already.
     if !steps.is_sorted_by_key(|s| (s.sent, s.stop)) {
         steps.sort_unstable_by_key(|s| (s.sent, s.stop));
     }
-    let mut q = Queue::default();
+    let mut q = Queue {
+        steps: steps.len() as u64,
+        ..Queue::default()
+    };
     let secs = |ticks: u64| ticks as f64 * secs_per_tick;
-    // Pass 1: idle transfers and the busy time.
-    let (mut last_stop, mut busy_from) = (0u64, 0u64);
-    let mut idle_ticks = Vec::new();
+    // Pass 1: busy periods, their openers, waits.
+    let mut last_stop = 0u64;
+    let mut open: Option<u64> = None;
+    let mut opening_ticks = Vec::new();
     for (i, s) in steps.iter().enumerate() {
-        if i == 0 || s.sent >= last_stop {
-            if i > 0 {
-                q.busy += secs(last_stop.saturating_sub(busy_from));
+        if i > 0 && s.sent < last_stop {
+            q.wait += secs(last_stop - s.sent);
+        } else {
+            if let Some(from) = open {
+                q.busy += secs(last_stop.saturating_sub(from));
+                q.spans.push((from, last_stop));
             }
-            busy_from = s.sent;
+            open = Some(s.sent);
             let ticks = s.stop.saturating_sub(s.sent);
-            idle_ticks.push(ticks);
-            q.idle.push(s.bytes, secs(ticks));
-            idle(s, secs(ticks));
+            opening_ticks.push(ticks);
+            q.openers.push(Opener {
+                sent: s.sent,
+                bytes: s.bytes,
+                secs: secs(ticks),
+                channel: channel(s.tag),
+            });
         }
         last_stop = last_stop.max(s.stop);
     }
-    if !steps.is_empty() {
-        q.busy += secs(last_stop.saturating_sub(busy_from));
+    if let Some(from) = open {
+        q.busy += secs(last_stop.saturating_sub(from));
+        q.spans.push((from, last_stop));
     }
+    q.stops.extend(steps.iter().map(|s| s.stop));
     // Pass 2: transfers certain to have queued behind a busy wire.
-    let bound = low_percentile(&mut idle_ticks).unwrap_or(u64::MAX);
+    let bound = low_percentile(&mut opening_ticks).unwrap_or(u64::MAX);
     last_stop = 0;
     for s in steps.iter() {
         if s.sent.saturating_add(bound) < last_stop && s.stop > last_stop {
-            q.queued.bytes = q.queued.bytes.saturating_add(s.bytes);
-            q.queued.secs += secs(s.stop - last_stop);
+            let gap = Gap {
+                after: last_stop,
+                stop: s.stop,
+                bytes: s.bytes,
+                secs: secs(s.stop - last_stop),
+            };
+            q.queued.bytes = q.queued.bytes.saturating_add(gap.bytes);
+            q.queued.secs += gap.secs;
             q.queued.n += 1;
+            q.gaps.push(gap);
         }
         last_stop = last_stop.max(s.stop);
     }
@@ -176,7 +253,7 @@ fn low_percentile(ticks: &mut [u64]) -> Option<u64> {
     (!ticks.is_empty()).then(|| *ticks.select_nth_unstable(rank.min(ticks.len() - 1)).1)
 }
 
-/// Share of idle times that may be too short (a preempted proxy thread read the clock late at
+/// Share of opening transfers' times that may be too short (a preempted proxy thread read the clock late at
 /// SendWait) without lowering the latency bound.
 const BOUND_QUANTILE: f64 = 0.05;
 
@@ -194,7 +271,7 @@ mod tests {
     }
 
     fn analyze(steps: &mut [Step], secs_per_tick: f64) -> Queue {
-        super::analyze(steps, secs_per_tick, |_, _| {})
+        super::analyze(steps, secs_per_tick, |tag| tag as u8)
     }
 
     /// Eight steps of 1000 bytes handed over at once to a link of 10 ticks latency and 100
@@ -203,7 +280,10 @@ mod tests {
     fn pipelined_steps_give_the_wire_rate_and_the_first_the_latency() {
         let mut steps: Vec<Step> = (0..8).map(|k| step(0, 10 + 10 * (k + 1), 1000)).collect();
         let q = analyze(&mut steps, 1.0);
-        assert_eq!(q.idle.len(), 1);
+        assert_eq!((q.spans.clone(), q.gaps.len(), q.stops.len()), (vec![(0, 90)], 6, 8));
+        assert_eq!(q.openers.len(), 1);
+        // Each waited for the ones before it: 20 + 30 + … + 80 ticks.
+        assert_eq!((q.wait, q.steps), (350.0, 8));
         // The second was handed over within the first one's latency: not certain to queue.
         assert_eq!(
             q.queued,
@@ -221,7 +301,15 @@ mod tests {
     fn separate_transfers_are_idle_and_busy_time_is_their_union() {
         let mut steps = vec![step(100, 130, 2000), step(0, 20, 1000), step(125, 160, 500)];
         let q = analyze(&mut steps, 0.5);
-        assert_eq!(q.idle.len(), 2);
+        assert_eq!(q.spans, vec![(0, 20), (100, 160)]);
+        let opener = |sent, bytes, secs| Opener {
+            sent,
+            bytes,
+            secs,
+            channel: 0,
+        };
+        assert_eq!(q.openers, vec![opener(0, 1000, 10.0), opener(100, 2000, 15.0)]);
+        assert_eq!(q.wait, 2.5);
         assert_eq!(
             q.queued,
             Rate::default(),
@@ -234,7 +322,7 @@ mod tests {
     fn out_of_order_completion_counts_for_busy_time_only() {
         let mut steps = vec![step(0, 50, 100), step(10, 40, 100)];
         let q = analyze(&mut steps, 1.0);
-        assert_eq!((q.idle.len(), q.queued.n, q.busy), (1, 0, 50.0));
+        assert_eq!((q.openers.len(), q.queued.n, q.busy), (1, 0, 50.0));
         assert_eq!(analyze(&mut [], 1.0), Queue::default());
     }
 
@@ -248,13 +336,21 @@ mod tests {
             steps.extend((0..8).map(|k| step(t, t + 20 + 10 * (k + 1), 1000)));
             steps.push(step(t + 500, t + 523, 300));
         }
-        let q = analyze(&mut steps, 1.0);
+        let mut q = analyze(&mut steps, 1.0);
+        assert_eq!(q.openers.len(), 6);
+        assert!(q.fit(24_900, Mode::Avg).latency.is_none(), "no transfer checked idle yet");
+        for l in q.openers.clone() {
+            q.idle.push(l.bytes, l.secs);
+        }
+        q.alone = q.queued;
         let f = q.fit(24_900, Mode::Avg);
         assert_eq!(f.bandwidth, Some(100.0));
         assert!((f.latency.unwrap() - 20.0).abs() < 1e-9, "{f:?}");
         assert_eq!(f.missing, None);
         assert_eq!(f.throughput, Some(24_900.0 / (3.0 * (100.0 + 23.0))));
-        let lone = analyze(&mut [step(0, 30, 1000)], 1.0).fit(1000, Mode::Avg);
+        let mut one = analyze(&mut [step(0, 30, 1000)], 1.0);
+        one.idle.push(1000, 30.0);
+        let lone = one.fit(1000, Mode::Avg);
         assert_eq!(
             (lone.latency, lone.bandwidth, lone.missing),
             (None, None, Some("one_size"))
@@ -266,7 +362,7 @@ mod tests {
     fn a_stop_before_its_send_wait_is_no_time() {
         // Timestamps NCCL never produces (a stop read before the SendWait) must not panic.
         let q = analyze(&mut [step(50, 10, 1), step(60, 70, 1), step(65, 20, 1)], 1.0);
-        assert_eq!(q.idle.len(), 2);
+        assert_eq!((q.openers.len(), q.wait), (2, 5.0));
         assert_eq!(q.busy, 10.0);
     }
 
@@ -288,6 +384,6 @@ mod tests {
         let mut a = analyze(&mut [step(0, 10, 100), step(0, 20, 100), step(0, 30, 100)], 1.0);
         let b = analyze(&mut [step(0, 5, 50)], 1.0);
         a.merge(&b);
-        assert_eq!((a.idle.len(), a.queued.n, a.busy), (2, 1, 35.0));
+        assert_eq!((a.queued.n, a.busy, a.steps), (1, 35.0, 4));
     }
 }

@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 use super::queue::Queue;
-use super::regression::Samples;
 use crate::record::handle::CommId;
 use crate::record::{Algo, CommMeta, Datatype, Func, Proto};
 
@@ -131,8 +130,6 @@ pub struct ChannelGroup {
     pub channel: u8,
     /// Transfers, in step start order.
     pub transfers: Vec<Transfer>,
-    /// Those that found their link idle (see [`LinkGroup::queue`]), as regression samples.
-    pub samples: Samples,
 }
 
 /// Bookkeeping of one window.

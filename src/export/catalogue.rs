@@ -351,6 +351,7 @@ pub(super) struct Instruments {
     pub(super) link_bandwidth: Fresh<f64>,
     pub(super) link_r2: Fresh<f64>,
     pub(super) link_throughput: Fresh<f64>,
+    pub(super) link_queue_wait: Fresh<f64>,
     pub(super) link_samples: Fresh<u64>,
     pub(super) link_latency_missing: Counter<u64>,
     pub(super) channel_transfer_size: Histogram<f64>,
@@ -460,6 +461,12 @@ impl Instruments {
                 "nccl.link.throughput",
                 "By/s",
                 "Achieved throughput of the link: bytes per second with a transfer in flight",
+            ),
+            link_queue_wait: gauge(
+                meter,
+                "nccl.link.queue.wait",
+                "s",
+                "Mean time a transfer waited, from its SendWait, for the link's earlier transfers to complete",
             ),
             link_latency_missing: counter(
                 meter,

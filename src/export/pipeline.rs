@@ -265,6 +265,7 @@ impl Pipeline {
             &i.link_bandwidth,
             &i.link_r2,
             &i.link_throughput,
+            &i.link_queue_wait,
             &i.channel_latency,
             &i.kernel_ch_duty,
         ] {
@@ -287,6 +288,7 @@ impl Pipeline {
                 (&i.link_bandwidth, fit.bandwidth),
                 (&i.link_r2, fit.r2),
                 (&i.link_throughput, fit.throughput),
+                (&i.link_queue_wait, fit.wait),
             ];
             for (gauge, value) in gauges {
                 if let Some(v) = value {
@@ -586,7 +588,7 @@ mod tests {
                 tag: 0,
             }],
             1e-9,
-            |_, _| {},
+            |_| 0,
         );
         let link = LinkGroup {
             rank: 0,

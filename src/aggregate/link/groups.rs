@@ -5,7 +5,6 @@
 use super::{GroupIx, Here, NONE, Pass, ix};
 use crate::aggregate::open::{GroupKey, Progress, Root};
 use crate::aggregate::queue::Queue;
-use crate::aggregate::regression::Samples;
 use crate::aggregate::summary::{ChannelGroup, CollGroup, LinkGroup, P2pGroup, Transfer};
 
 impl Pass<'_> {
@@ -96,7 +95,6 @@ impl Pass<'_> {
             self.channels.push(ChannelGroup {
                 channel,
                 transfers: Vec::new(),
-                samples: Samples::default(),
             });
         }
         *entry

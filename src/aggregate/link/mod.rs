@@ -39,7 +39,7 @@ use super::lifetime::Life;
 use super::open::{Frontier, GroupKey, OpInfo, OpenOps, Progress, Root};
 use super::queue::{Step, analyze};
 use super::summary::{
-    ChannelGroup, CollGroup, CollKey, LinkGroup, P2pGroup, Transfer, WindowId, WindowStats, WindowSummary,
+    ChannelGroup, CollGroup, CollKey, LinkGroup, P2pGroup, WindowId, WindowStats, WindowSummary,
 };
 use crate::record::handle::{EPOCH_MASK, Handle, Kind};
 use crate::record::{Body, CollStart, CommMeta, Record};
@@ -468,121 +468,6 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Where the transfers of the send ProxyOp `handle` go: from this window (resolved once per
-    /// op) or from the table; `None` when the op is unknown.
-    fn op(&mut self, handle: u64) -> Option<OpIx> {
-        let info = match self.slot_of(handle).map(|p| (p, self.records[p].body)) {
-            Some((p, Body::ProxyOp(op))) if op.send => {
-                if !self.slots[p].has(OP_RESOLVED) {
-                    let link = self.link_group(op.rank, op.peer);
-                    let root = match self.root_of(op.parent) {
-                        RootRef::Here(r) => r,
-                        _ => NONE,
-                    };
-                    let slot = &mut self.slots[p];
-                    (slot.link, slot.root) = (link, root);
-                    slot.flags |= OP_RESOLVED;
-                }
-                let Slot { link, root, .. } = self.slots[p];
-                // A root outside this window is looked up again: the table changes as it goes.
-                let root = if root == NONE {
-                    self.root_of(op.parent)
-                } else {
-                    RootRef::Here(root)
-                };
-                return Some(OpIx {
-                    root,
-                    link,
-                    channel: self.channel_group(op.channel),
-                });
-            }
-            Some(_) => return None,
-            None => self.open.ops.get(&handle)?.0,
-        };
-        Some(OpIx {
-            root: self.root_of(info.parent),
-            link: self.link_group(info.rank, info.peer),
-            channel: self.channel_group(info.channel),
-        })
-    }
-
-    /// Phase 2: finished ProxySteps become transfers of their op's link, channel and root group.
-    fn transfers(&mut self) {
-        for i in std::mem::take(&mut self.steps) {
-            let i = i as usize;
-            let Body::ProxyStep { parent, step: index } = self.records[i].body else {
-                continue;
-            };
-            let slot = self.slots[i];
-            if !slot.has(SENT | STOPPED) {
-                self.stats.unfinished += 1;
-                let here = self
-                    .slot_of(parent)
-                    .is_some_and(|p| matches!(self.records[p].body, Body::ProxyOp(op) if op.send));
-                if !here && !self.open.ops.contains_key(&parent) {
-                    self.stats.orphans += 1;
-                }
-                continue;
-            }
-            let Some(op) = self.op(parent) else {
-                self.stats.orphans += 1;
-                continue;
-            };
-            let step = Step {
-                sent: slot.sent,
-                stop: slot.stop,
-                bytes: slot.value,
-                tag: op.channel,
-            };
-            self.add_transfer(op, step);
-            self.first_step_wait(op, index, &slot);
-        }
-        for op in std::mem::take(&mut self.marked) {
-            self.op_marks(op as usize);
-        }
-    }
-
-    fn add_transfer(&mut self, op: OpIx, step: Step) {
-        let t = Transfer {
-            bytes: step.bytes,
-            secs: step.stop.saturating_sub(step.sent) as f64 * self.secs_per_tick,
-        };
-        if let Some(link) = self.links.get_mut(op.link as usize) {
-            link.bytes = link.bytes.saturating_add(t.bytes);
-            link.transfers += 1;
-            self.link_steps[op.link as usize].push(step);
-        }
-        if let Some(channel) = self.channels.get_mut(op.channel as usize) {
-            channel.transfers.push(t);
-        }
-        let group = match op.root {
-            RootRef::Here(r) => self.roots.get_mut(r as usize).map(|here| {
-                here.root.p.transfers = here.root.p.transfers.saturating_add(1);
-                here.group
-            }),
-            RootRef::Held(h) => match self.open.held.get_mut(&h) {
-                Some((root, _)) => {
-                    root.p.transfers = root.p.transfers.saturating_add(1);
-                    let key = root.key;
-                    Some(self.group(key))
-                }
-                None => None,
-            },
-            RootRef::Pending(h) => {
-                let pending = self.open.pending(h, self.at.now);
-                pending.p.transfers = pending.p.transfers.saturating_add(1);
-                pending.transfers.push(t);
-                None
-            }
-            RootRef::None => None,
-        };
-        match group {
-            Some(GroupIx::Coll(g)) => self.colls[g as usize].transfers.push(t),
-            Some(GroupIx::P2p(g)) => self.p2ps[g as usize].transfers.push(t),
-            None => {}
-        }
-    }
-
     /// The progress record of the root a child names: in this window, held, or pending (which
     /// then counts the child); `None` for no parent or another process's.
     fn progress(&mut self, parent: u64) -> Option<&mut Progress> {
@@ -702,12 +587,10 @@ impl<'a> Pass<'a> {
         self.p2ps.retain(|g| !g.ops.is_empty() || !g.transfers.is_empty());
         self.colls.sort_unstable_by_key(|g| g.key);
         self.p2ps.sort_unstable_by_key(|g| (g.peer, g.datatype, g.size_class));
-        let channels = &mut self.channels;
+        let channels = &self.channels;
         for (link, steps) in self.links.iter_mut().zip(&mut self.link_steps) {
-            link.queue = analyze(steps, self.secs_per_tick, |step, secs| {
-                if let Some(c) = channels.get_mut(step.tag as usize) {
-                    c.samples.push(step.bytes, secs);
-                }
+            link.queue = analyze(steps, self.secs_per_tick, |tag| {
+                channels.get(tag as usize).map_or(0, |c| c.channel)
             });
         }
         self.links.sort_unstable_by_key(|g| (g.rank, g.peer));
@@ -731,6 +614,7 @@ mod api;
 mod groups;
 mod lanes;
 mod marks;
+mod transfers;
 mod waits;
 
 pub use lanes::Lanes;

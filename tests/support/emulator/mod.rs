@@ -11,7 +11,11 @@
 //! - [`net`]: the modelled network: a latency and a bandwidth per rank pair, optionally with
 //!   jitter. A send step occupies its link's wire for `bytes / bandwidth` once the wire is free
 //!   (steps of every channel queue on it, up to 8 in flight per op, as NCCL's are) and stops
-//!   `latency` later; steps are NCCL's fixed-size chunks per protocol.
+//!   `latency` later; steps are NCCL's fixed-size chunks per protocol. With
+//!   [`Options::nic_fifo`] the wire is the emulated process's NIC instead: one first-in,
+//!   first-out queue for every peer, channel and communicator of the world rank. Each transfer's
+//!   truth ([`truth::StepTruth`]) says when the wire took it, its time on an idle wire and its
+//!   wait in the queue.
 //! - [`workload`]: communicators, the calls each one issues per iteration, and the threads
 //!   that issue them: per emulated rank one user thread (init, Group/Coll/P2p, finalize), per
 //!   communicator and rank one proxy thread (ProxyOp, ProxyStep, KernelCh, ProxyCtrl; from

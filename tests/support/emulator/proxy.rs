@@ -15,8 +15,10 @@
 //!   (stale `transSize`); when the GPU produced the data, SendPeerWait; SendWait with the step's
 //!   bytes when the network takes it: at once ([`Options::queue`], a NIC queue), or once the
 //!   link's wire is free (then SendPeerWait repeats meanwhile). The link (this rank → peer, all
-//!   channels) carries one step's bytes at a time: a step's wire time starts when the wire is
-//!   free, and it stops `latency` after its `bytes / bandwidth` on the wire (both × jitter).
+//!   channels; with [`Options::nic_fifo`] the rank's NIC, shared with its proxies of every
+//!   communicator) carries one step's bytes at a time, first in, first out: a step's wire time
+//!   starts when the wire is free, and it stops `latency` after its `bytes / bandwidth` on the
+//!   wire (both × jitter).
 //! - Receive steps: start (the first one twice with `restart_recv`) + RecvWait; RecvFlushWait and
 //!   RecvGPUWait with the bytes when the data arrived over the inbound link; stop once the GPU
 //!   consumed it.
@@ -34,8 +36,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::net::{Jitter, Link, Network};
@@ -137,6 +139,8 @@ struct Sent {
     t0: Instant,
     /// When the wire took the step's bytes and was done with them.
     wire: (Instant, Instant),
+    /// SendWait → stop on an idle wire.
+    idle: Duration,
     deadline: Instant,
     call: Duration,
     net: H,
@@ -260,6 +264,9 @@ pub(crate) struct Proxy<'a> {
     /// When each link (peer, is send) is free for the next transfer's bytes: every channel's
     /// operations to one peer share it.
     wires: HashMap<(usize, bool), Instant>,
+    /// With [`Options::nic_fifo`]: when this process's NIC is free for the next send's bytes,
+    /// shared with the proxies of every communicator of the world rank.
+    nic: Arc<Mutex<Option<Instant>>>,
     /// How much before a transfer's end the precise wait ends (learnt: the emulator's own delay
     /// from the end of the wait to the stop call).
     aim: Duration,
@@ -302,6 +309,7 @@ impl<'a> Proxy<'a> {
             out: Report::default(),
             links: BTreeMap::new(),
             wires: HashMap::new(),
+            nic: Arc::default(),
             aim: Duration::ZERO,
             handed: 0,
             profiler: None,
@@ -314,6 +322,41 @@ impl<'a> Proxy<'a> {
                 length: 0,
             }),
         }
+    }
+
+    /// Sends over `nic`, the NIC of its world rank, with [`Options::nic_fifo`].
+    pub(crate) fn on_nic(mut self, nic: &Arc<Mutex<Option<Instant>>>) -> Proxy<'a> {
+        self.nic = nic.clone();
+        self
+    }
+
+    /// When the send wire `wire` (peer, true) is free: the link's own, or the NIC's.
+    fn wire_free(&self, wire: (usize, bool)) -> Option<Instant> {
+        if self.opts.nic_fifo {
+            *self.nic.lock().unwrap_or_else(|e| e.into_inner())
+        } else {
+            self.wires.get(&wire).copied()
+        }
+    }
+
+    /// Hands `wire_time` of bytes to the send wire `wire` at `t0`: first in, first out, they
+    /// occupy it from when it is free; (start, end) on the wire.
+    fn take_wire(&mut self, wire: (usize, bool), t0: Instant, wire_time: Duration) -> (Instant, Instant) {
+        let place = |free: Option<Instant>| {
+            let start = free.map_or(t0, |w| w.max(t0));
+            (start, start + wire_time)
+        };
+        let (start, end) = if self.opts.nic_fifo {
+            let mut nic = self.nic.lock().unwrap_or_else(|e| e.into_inner());
+            let taken = place(*nic);
+            *nic = Some(taken.1);
+            taken
+        } else {
+            let taken = place(self.wires.get(&wire).copied());
+            self.wires.insert(wire, taken.1);
+            taken
+        };
+        (start, end)
     }
 
     /// Runs until the user thread closes the queue and every task finished; from NCCL 2.31 with
@@ -955,7 +998,7 @@ impl<'a> Proxy<'a> {
                     next.coarse(s.ready);
                 } else {
                     let wire = (op.plan.world_peer, true);
-                    let free = self.wires.get(&wire).copied();
+                    let free = self.wire_free(wire);
                     let accept = match free {
                         Some(w) if !self.opts.queue => s.ready.max(w),
                         _ => s.ready,
@@ -1001,9 +1044,7 @@ impl<'a> Proxy<'a> {
                         let call = t0.elapsed();
                         op.last_trans = s.bytes;
                         let link = op.plan.link;
-                        let start = free.map_or(t0, |w| w.max(t0));
-                        let end = start + link.wire(s.bytes).mul_f64(f);
-                        self.wires.insert(wire, end);
+                        let (start, end) = self.take_wire(wire, t0, link.wire(s.bytes).mul_f64(f));
                         let net = if states && self.opts.net_plugin && mask::net_plugin(m) {
                             let sock = &mut *self.sock as *mut SockDescr as *mut c_void;
                             let mut d = net_plugin_descr(s.handle, self.rank, 0x20001, sock);
@@ -1017,6 +1058,7 @@ impl<'a> Proxy<'a> {
                         s.sent = Some(Sent {
                             t0,
                             wire: (start, end),
+                            idle: link.transfer(s.bytes).mul_f64(f),
                             deadline,
                             call,
                             net,
@@ -1225,6 +1267,7 @@ impl<'a> Proxy<'a> {
             disturbed: 0,
             late: Duration::ZERO,
             max_late: Duration::ZERO,
+            others: Vec::new(),
         });
         let disturbed = late > DISTURBED;
         link.steps.push(step);
@@ -1306,6 +1349,7 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
         bytes,
         sent: sent.t0,
         wire: sent.wire,
+        idle: sent.idle,
         stop: before,
         pxn: op.plan.pxn,
     };

@@ -111,6 +111,9 @@ pub struct LinkTruth {
     /// The largest lateness of one transfer: a host stall longer than the plugin's telemetry
     /// interval can make the plugin give up on an event (counted as unfinished or late).
     pub max_late: Duration,
+    /// SendWait → stop of every other transfer of the same process (world rank `src`): every
+    /// other link, communicator and peer. Filled when the run's report is complete.
+    pub others: Vec<(Instant, Instant)>,
 }
 
 /// Lateness past which a transfer counts as disturbed.
@@ -124,10 +127,19 @@ pub struct StepTruth {
     pub sent: Instant,
     /// When the modelled wire took the step's bytes, and when it was done with them.
     pub wire: (Instant, Instant),
+    /// Its SendWait → stop on an idle wire: `latency + bytes / bandwidth`, jitter included.
+    pub idle: Duration,
     /// Right before the stop call (v1–v3: SendDone).
     pub stop: Instant,
     /// Its op was reported as another process's (PXN, spec 4.3).
     pub pxn: bool,
+}
+
+impl StepTruth {
+    /// How long it waited for the wire (the NIC's earlier transfers) after its SendWait.
+    pub fn queue_wait(&self) -> Duration {
+        self.wire.0.saturating_duration_since(self.sent)
+    }
 }
 
 impl LinkTruth {
@@ -150,13 +162,19 @@ impl LinkTruth {
     /// (latency s, bandwidth B/s) from the emulator's own timings, by the plugin's documented
     /// definitions (`docs/metrics.md`, "Links"; `AVG`), computed here independently.
     pub fn measured(&self) -> Option<(f64, f64)> {
-        queue_figures(&self.steps, false)
+        queue_figures(&self.steps, &self.others, false)
     }
 
     /// The same in `MIN` mode: the idle transfers' latency from each size's 10th percentile
     /// (nearest rank, at least the second fastest).
     pub fn measured_min(&self) -> Option<(f64, f64)> {
-        queue_figures(&self.steps, true)
+        queue_figures(&self.steps, &self.others, true)
+    }
+
+    /// Its transfers the plugin's definition takes as idle: they opened a busy period of the
+    /// link, and no other transfer of the process was in flight at their SendWait.
+    pub fn idle_steps(&self) -> Vec<StepTruth> {
+        idle_steps(&self.steps, &self.others)
     }
 
     /// The wire's own rate: bytes over the time the model had them on the wire.
@@ -199,50 +217,58 @@ impl LinkTruth {
     }
 }
 
-/// The link figures by the plugin's definitions, from the emulator's clock: transfers that found
-/// every earlier one completed are idle; those handed over more than the 5th percentile of the
-/// idle times before the latest earlier completion queued behind a busy wire, and the gap between the two
+/// The link figures by the plugin's definitions, from the emulator's clock: a transfer that found
+/// every earlier transfer of the link completed (opening a busy period) and none of `others` (the
+/// process's other transfers) in flight is idle; those
+/// handed over more than the 5th percentile of the times of the transfers opening a busy period
+/// before the latest earlier completion queued behind a busy wire, and the gap between the two
 /// completions is their wire time. Bandwidth from at least 4 queued, else the idle fit; latency
-/// the idle transfers' mean excess over that bandwidth (with `min`: the mean over sizes of each
-/// size's low percentile's excess), else the fit's intercept.
-pub fn queue_figures(steps: &[StepTruth], min: bool) -> Option<(f64, f64)> {
+/// the idle transfers' mean excess over the rate of at least 4 queued in whose gap no other
+/// transfer of the process completed (with `min`: the mean over sizes of each size's low
+/// percentile's excess), else the fit's intercept.
+pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bool) -> Option<(f64, f64)> {
     let mut by_sent: Vec<&StepTruth> = steps.iter().collect();
     by_sent.sort_by_key(|s| (s.sent, s.stop));
-    // The latest completion among the transfers handed over before each one.
-    let before: Vec<Option<Instant>> = by_sent
-        .iter()
-        .scan(None::<Instant>, |latest, s| {
-            let prior = *latest;
-            *latest = Some(prior.map_or(s.stop, |l| l.max(s.stop)));
-            Some(prior)
-        })
-        .collect();
+    let before = latest_before(&by_sent);
     let secs = |d: Duration| d.as_secs_f64();
-    let idle: Vec<(u64, f64)> = by_sent
+    let idle: Vec<(u64, f64)> = idle_steps(steps, others)
+        .iter()
+        .map(|s| (s.bytes, secs(s.stop - s.sent)))
+        .collect();
+    // The 5th percentile of the opening transfers' times (nearest rank), as documented.
+    let mut times: Vec<f64> = by_sent
         .iter()
         .zip(&before)
         .filter(|(s, b)| b.is_none_or(|b| s.sent >= b))
-        .map(|(s, _)| (s.bytes, secs(s.stop - s.sent)))
+        .map(|(s, _)| secs(s.stop - s.sent))
         .collect();
-    // The 5th percentile of the idle times (nearest rank), as documented.
-    let mut times: Vec<f64> = idle.iter().map(|i| i.1).collect();
     times.sort_by(f64::total_cmp);
     let bound = times
         .get((times.len() as f64 * 0.05) as usize)
         .copied()
         .unwrap_or(f64::INFINITY);
-    let queued: Vec<(u64, f64)> = by_sent
+    // Every completion of the process, to tell whether one came between a queued transfer's
+    // previous completion on the link and its own.
+    let mut stops: Vec<Instant> = steps.iter().map(|s| s.stop).chain(others.iter().map(|o| o.1)).collect();
+    stops.sort_unstable();
+    let clean = |after: Instant, stop: Instant| {
+        let from = stops.partition_point(|&x| x <= after);
+        stops.get(from).is_none_or(|&x| x >= stop)
+    };
+    let queued: Vec<(u64, f64, bool)> = by_sent
         .iter()
         .zip(&before)
         .filter_map(|(s, b)| {
             let b = (*b)?;
             let waited = b.saturating_duration_since(s.sent).as_secs_f64() > bound;
-            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b)))
+            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b), clean(b, s.stop)))
         })
         .collect();
-    let rate = (queued.len() >= 4)
-        .then(|| queued.iter().map(|q| q.0 as f64).sum::<f64>() / queued.iter().map(|q| q.1).sum::<f64>());
-    match rate {
+    let rate = |q: &[&(u64, f64, bool)]| {
+        (q.len() >= 4).then(|| q.iter().map(|q| q.0 as f64).sum::<f64>() / q.iter().map(|q| q.1).sum::<f64>())
+    };
+    let bandwidth = rate(&queued.iter().collect::<Vec<_>>()).or_else(|| fit(&idle).map(|f| f.1))?;
+    let latency = match rate(&queued.iter().filter(|q| q.2).collect::<Vec<_>>()) {
         Some(bw) if min => {
             let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
             idle.iter().for_each(|&(b, t)| by_size.entry(b).or_default().push(t));
@@ -254,14 +280,60 @@ pub fn queue_figures(steps: &[StepTruth], min: bool) -> Option<(f64, f64)> {
                     ts[rank] - b as f64 / bw
                 })
                 .collect();
-            (!excess.is_empty()).then(|| ((excess.iter().sum::<f64>() / excess.len() as f64).max(0.0), bw))
+            (!excess.is_empty()).then(|| (excess.iter().sum::<f64>() / excess.len() as f64).max(0.0))
         }
         Some(bw) => {
             let excess: f64 = idle.iter().map(|&(b, t)| t - b as f64 / bw).sum();
-            (!idle.is_empty()).then(|| ((excess / idle.len() as f64).max(0.0), bw))
+            (!idle.is_empty()).then(|| (excess / idle.len() as f64).max(0.0))
         }
-        None => fit(&idle),
-    }
+        None => fit(&idle).map(|f| f.0),
+    }?;
+    Some((latency, bandwidth))
+}
+
+/// The latest completion among the transfers handed over before each one (sorted by SendWait).
+fn latest_before(by_sent: &[&StepTruth]) -> Vec<Option<Instant>> {
+    by_sent
+        .iter()
+        .scan(None::<Instant>, |latest, s| {
+            let prior = *latest;
+            *latest = Some(prior.map_or(s.stop, |l| l.max(s.stop)));
+            Some(prior)
+        })
+        .collect()
+}
+
+/// The transfers of `steps` that opened a busy period of the link with none of `others` in
+/// flight (one handed over at the same instant counts as in flight).
+pub fn idle_steps(steps: &[StepTruth], others: &[(Instant, Instant)]) -> Vec<StepTruth> {
+    let mut by_sent: Vec<&StepTruth> = steps.iter().collect();
+    by_sent.sort_by_key(|s| (s.sent, s.stop));
+    let before = latest_before(&by_sent);
+    let opens: Vec<bool> = by_sent
+        .iter()
+        .zip(&before)
+        .map(|(s, b)| b.is_none_or(|b| s.sent >= b))
+        .collect();
+    let mut others = others.to_vec();
+    others.sort_unstable();
+    // The latest end among the others starting before each index.
+    let ends: Vec<Instant> = others
+        .iter()
+        .scan(None::<Instant>, |m, &(_, b)| {
+            *m = Some(m.map_or(b, |m| m.max(b)));
+            *m
+        })
+        .collect();
+    let company = |s: &StepTruth| {
+        let n = others.partition_point(|&(a, _)| a <= s.sent);
+        n > 0 && ends[n - 1] > s.sent
+    };
+    by_sent
+        .iter()
+        .zip(opens)
+        .filter(|&(s, opens)| opens && !company(s))
+        .map(|(s, _)| **s)
+        .collect()
 }
 
 /// Everything between two world ranks, over all communicators.
@@ -329,6 +401,16 @@ impl Report {
     pub(crate) fn sort(&mut self) {
         self.collectives.sort_by_key(|c| (c.hash, c.rank, c.start));
         self.links.sort_by_key(|l| (l.hash, l.rank, l.peer));
+        let spans = |l: &LinkTruth| l.steps.iter().map(|s| (s.sent, s.stop)).collect::<Vec<_>>();
+        let all: Vec<(usize, Vec<(Instant, Instant)>)> = self.links.iter().map(|l| (l.src, spans(l))).collect();
+        for (i, l) in self.links.iter_mut().enumerate() {
+            l.others = all
+                .iter()
+                .enumerate()
+                .filter(|&(j, (src, _))| j != i && *src == l.src)
+                .flat_map(|(_, (_, s))| s.iter().copied())
+                .collect();
+        }
     }
 }
 

@@ -413,6 +413,15 @@ pub struct Options {
     pub queue: bool,
     /// Steps in flight per ProxyOp (NCCL: 8).
     pub max_in_flight: usize,
+    /// Time each rank spends between iterations without network traffic (computing).
+    pub gap: Duration,
+    /// Each rank waits for a call's tasks to finish before it issues the next: one call in
+    /// flight per rank (a serial network), instead of every call of an iteration back to back.
+    pub serial: bool,
+    /// One send wire per emulated process (world rank), as its NIC: the steps of every peer,
+    /// channel and communicator of the rank take it first in, first out. `false`: one wire per
+    /// link (rank → peer), shared by its channels only.
+    pub nic_fifo: bool,
     /// Most SendPeerWait states per step (repeated while the link is busy; at least 1).
     pub peer_waits: u32,
     /// The send op of the last channel (of collectives with 2+ channels) is reported as a PXN
@@ -458,6 +467,9 @@ impl Default for Options {
             chunk_bytes: 512 << 10,
             queue: true,
             max_in_flight: 8,
+            gap: Duration::ZERO,
+            serial: false,
+            nic_fifo: false,
             peer_waits: 2,
             pxn: false,
             restart_recv: false,
@@ -663,6 +675,7 @@ impl Workload {
         let done = Arc::new(Done::new());
         let mut instances = Vec::new();
         let mut proxies = Vec::new();
+        let nic = Arc::new(std::sync::Mutex::new(None));
         for spec in &self.comms {
             let Some(rank) = spec.members.iter().position(|&m| m == w).map(|r| r as i32) else {
                 continue;
@@ -673,7 +686,7 @@ impl Workload {
             let nodes = self.net.nodes(&spec.members) as i32;
             let (comm, _) = plugin.init(Some(&spec.name), spec.hash, nodes, spec.nranks(), rank);
             let (tx, rx) = mpsc::channel();
-            let proxy = proxy::Proxy::new(plugin, comm, spec, rank, w, &self.net, &self.options);
+            let proxy = proxy::Proxy::new(plugin, comm, spec, rank, w, &self.net, &self.options).on_nic(&nic);
             let handle = std::thread::Builder::new()
                 .name(format!("emu-proxy-{}-{rank}", spec.name))
                 .spawn_scoped(s, move || proxy.run(rx))
@@ -696,10 +709,16 @@ impl Workload {
             for inst in &mut instances {
                 for call in &inst.spec.calls {
                     issued += self.issue(plugin, inst, w, call, it, &done);
+                    if self.options.serial {
+                        done.wait_for(issued);
+                    }
                 }
             }
             done.wait_for(issued);
             iteration_done();
+            if !self.options.gap.is_zero() {
+                std::thread::sleep(self.options.gap);
+            }
         }
         let comms: Vec<Comm> = instances.iter().map(|i| i.comm).collect();
         drop(instances); // closes the proxies' queues

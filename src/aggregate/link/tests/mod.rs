@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::aggregate::queue::Queue;
-use crate::aggregate::regression::Samples;
+use crate::aggregate::summary::Transfer;
 use crate::aggregate::{OpSample, Waits};
 use crate::record::Datatype;
 use crate::record::handle::CommId;
@@ -249,17 +249,7 @@ fn channel(channel: u8, ts: &[Transfer]) -> ChannelGroup {
     ChannelGroup {
         channel,
         transfers: ts.to_vec(),
-        samples: Samples::default(),
     }
-}
-
-/// Channels without their idle samples (they depend on the link's queue, `queue.rs`).
-fn no_samples(channels: &[ChannelGroup]) -> Vec<ChannelGroup> {
-    let strip = |c: &ChannelGroup| ChannelGroup {
-        samples: Samples::default(),
-        ..c.clone()
-    };
-    channels.iter().map(strip).collect()
 }
 
 fn stats(records: u64, unfinished: u64, orphans: u64) -> WindowStats {
