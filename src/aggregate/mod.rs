@@ -26,6 +26,7 @@ pub use crate::record::CommMeta;
 pub use flight::CommProgress;
 pub use link::{Lanes, Sealed, release, summarize};
 pub use open::{Frontier, OpenOps};
+pub use service::{SERVICE_MISSING, Split};
 pub use summary::{OpSample, Transfer, WindowId, WindowSummary};
 #[cfg(any(test, feature = "testing"))]
 pub use summary::{LinkGroup, Waits, WindowStats};

@@ -28,7 +28,7 @@ const PREDECESSOR_UNKNOWN: &str = "predecessor_unknown";
 /// A later-enqueued operation was split before it.
 const OUT_OF_ORDER: &str = "out_of_order";
 /// Every reason a service time can be missing ([`Split::missing`]).
-pub const MISSING: [&str; 3] = [NO_COMPLETION, PREDECESSOR_UNKNOWN, OUT_OF_ORDER];
+pub const SERVICE_MISSING: [&str; 3] = [NO_COMPLETION, PREDECESSOR_UNKNOWN, OUT_OF_ORDER];
 
 /// One operation's latency split.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -37,7 +37,7 @@ pub struct Split {
     pub service: Option<f64>,
     /// Seconds from enqueue until the communicator was free: latency − service.
     pub queue: Option<f64>,
-    /// Why there is no service time: one of [`MISSING`].
+    /// Why there is no service time: one of [`SERVICE_MISSING`].
     pub missing: Option<&'static str>,
 }
 

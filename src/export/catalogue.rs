@@ -11,7 +11,7 @@ use opentelemetry::metrics::{AsyncInstrument, Counter, Histogram, Meter, Observa
 use parking_lot::Mutex;
 
 use crate::aggregate::interval::Scale;
-use crate::aggregate::service::{MISSING, Split};
+use crate::aggregate::{SERVICE_MISSING, Split};
 use crate::aggregate::{OpSample, Transfer};
 
 /// Histogram bounds for sizes (`By`): powers of two from 1 KiB to 4 GiB.
@@ -284,7 +284,7 @@ impl OpInstruments {
             }
         }
         if let Some((served, (splits, totals))) = served {
-            for reason in MISSING {
+            for reason in SERVICE_MISSING {
                 let n = splits.iter().filter(|s| s.missing == Some(reason)).count() as u64;
                 if n > 0 {
                     let mut attrs = totals.to_vec();
