@@ -389,7 +389,20 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
             rows.len() == 3 && extreme(rows, -1.0).is_some_and(link),
             "3 links, 1 -> 2 the slowest",
         ),
-        t if t.starts_with("Link latency, sender") => ok(rows.len() == 3, "3 links"),
+        t if t.starts_with("Link latency, sender") || t.starts_with("Link queue wait, sender") => {
+            ok(rows.len() == 3, "3 links")
+        }
+        t if t.starts_with("Link latency (wire) and queue wait") => {
+            ok(rows.len() == 6, "3 links' latency and queue wait")
+        }
+        // Links of the healthy ring (one size, few clean queued transfers) and of the stall.
+        t if t.starts_with("Link latency missing") => ok(
+            !rows.is_empty()
+                && rows.iter().all(|r| {
+                    ["no_idle_transfer", "one_size", "no_fit"].contains(&r.0["nccl_reason"].as_str()) && r.1 >= 0.0
+                }),
+            "intervals without latency, by a known reason",
+        ),
         t if t.starts_with("Slowest links") => ok(
             extreme(rows, -1.0).is_some_and(|r| link(r) && r.0["nccl_comm_hash"] == slow && r.1 < 0.5),
             "link 1 -> 2 of the slow-link communicator first, below half the median",
