@@ -16,12 +16,13 @@ use crate::{NRANKS, SAMPLE_ONE_IN};
 /// event kind and the handles the plugin returned).
 #[derive(Clone, Copy, Default, Debug)]
 pub struct Outcomes {
-    /// Stored in a window (starts of Coll, send P2p, send ProxyOp, ProxyStep under a handle;
-    /// SendWait; stops): recorded or dropped.
+    /// Stored in a window (starts of Coll, send P2p, ProxyOps and ProxySteps under a handle;
+    /// SendWait, a first SendPeerWait or RecvGPUWait; stops): recorded or dropped.
     pub record: u64,
-    /// Group starts, receive P2p and ProxyOps, ProxySteps without a parent handle.
+    /// Group starts, receive P2p, ProxyOps and ProxySteps without a parent handle.
     pub declined: u64,
-    /// States the plugin ignores without a counter (InProgress, GPUWait, PeerWait) and Group stops.
+    /// States the plugin ignores without a counter (InProgress, SendGPUWait, a repeated PeerWait,
+    /// RecvWait) and Group stops.
     pub ignored: u64,
 }
 
@@ -249,8 +250,8 @@ pub fn proxy<'a>(p: &Plugin, c: Comm, rx: Queue<Task>, shared: &'a Shared, calls
                 probe.call(|| p.stop(op));
                 probe.outcomes.record += 1;
             }
-            // A receive op is recorded under our collective (declined without one); its steps
-            // never are.
+            // A receive op is recorded under our collective (declined without one), and so are
+            // its steps: their start, first RecvGPUWait (RecvWait is ignored) and stop.
             let recv = probe.call(|| p.proxy_op(c.context, t.root, me, c.rank, t.recv_peer, ch, n as i32, false));
             if t.root.is_null() {
                 probe.outcomes.declined += 1;
@@ -262,10 +263,24 @@ pub fn proxy<'a>(p: &Plugin, c: Comm, rx: Queue<Task>, shared: &'a Shared, calls
                 probe.call(|| p.state(recv, ty::OP_IN_PROGRESS, 0));
                 probe.outcomes.record += 1;
             }
-            for s in 0..n {
-                let h = probe.call(|| p.proxy_step(c.context, recv, c.rank, s as i32));
-                probe.outcomes.declined += 1;
-                assert!(h.is_null(), "a receive step got a handle");
+            for (s, h) in handles.iter_mut().enumerate().take(n) {
+                *h = probe.call(|| p.proxy_step(c.context, recv, c.rank, s as i32));
+                if recv.is_null() {
+                    probe.outcomes.declined += 1;
+                    assert!(h.is_null(), "a receive step without a receive op got a handle");
+                } else {
+                    probe.outcomes.record += 1;
+                }
+            }
+            for &h in handles.iter().take(n).filter(|h| !h.is_null()) {
+                probe.call(|| p.state(h, ty::RECV_WAIT, 0));
+                probe.call(|| p.state(h, ty::RECV_GPU_WAIT, t.step_bytes));
+                probe.outcomes.ignored += 1;
+                probe.outcomes.record += 1;
+            }
+            for &h in handles.iter().take(n).filter(|h| !h.is_null()) {
+                probe.call(|| p.stop(h));
+                probe.outcomes.record += 1;
             }
             if !recv.is_null() {
                 probe.call(|| p.stop(recv));
