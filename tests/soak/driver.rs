@@ -226,26 +226,13 @@ pub fn proxy<'a>(p: &Plugin, c: Comm, rx: Queue<Task>, shared: &'a Shared, calls
                 probe.call(|| p.state(op, ty::OP_IN_PROGRESS, 0));
                 probe.outcomes.ignored += 1;
             }
-            for (s, h) in handles.iter_mut().enumerate().take(n) {
-                *h = probe.call(|| p.proxy_step(c.context, op, c.rank, s as i32));
-                if op.is_null() {
-                    probe.outcomes.declined += 1;
-                } else {
-                    probe.outcomes.record += 1;
-                }
-            }
-            for &h in handles.iter().take(n).filter(|h| !h.is_null()) {
-                probe.call(|| p.state(h, ty::SEND_GPU_WAIT, 0));
-                probe.call(|| p.state(h, ty::SEND_PEER_WAIT, 0));
-                probe.call(|| p.state(h, ty::SEND_WAIT, t.step_bytes));
-                // GPUWait is ignored; a step's first PeerWait is recorded.
-                probe.outcomes.ignored += 1;
-                probe.outcomes.record += 2;
-            }
-            for &h in handles.iter().take(n).filter(|h| !h.is_null()) {
-                probe.call(|| p.stop(h));
-                probe.outcomes.record += 1;
-            }
+            // GPUWait is ignored; a step's first PeerWait is recorded.
+            let states = [
+                (ty::SEND_GPU_WAIT, 0),
+                (ty::SEND_PEER_WAIT, 0),
+                (ty::SEND_WAIT, t.step_bytes),
+            ];
+            steps(&mut probe, p, &c, op, &mut handles[..n], &states, 1);
             if !op.is_null() {
                 probe.call(|| p.stop(op));
                 probe.outcomes.record += 1;
@@ -263,25 +250,8 @@ pub fn proxy<'a>(p: &Plugin, c: Comm, rx: Queue<Task>, shared: &'a Shared, calls
                 probe.call(|| p.state(recv, ty::OP_IN_PROGRESS, 0));
                 probe.outcomes.record += 1;
             }
-            for (s, h) in handles.iter_mut().enumerate().take(n) {
-                *h = probe.call(|| p.proxy_step(c.context, recv, c.rank, s as i32));
-                if recv.is_null() {
-                    probe.outcomes.declined += 1;
-                    assert!(h.is_null(), "a receive step without a receive op got a handle");
-                } else {
-                    probe.outcomes.record += 1;
-                }
-            }
-            for &h in handles.iter().take(n).filter(|h| !h.is_null()) {
-                probe.call(|| p.state(h, ty::RECV_WAIT, 0));
-                probe.call(|| p.state(h, ty::RECV_GPU_WAIT, t.step_bytes));
-                probe.outcomes.ignored += 1;
-                probe.outcomes.record += 1;
-            }
-            for &h in handles.iter().take(n).filter(|h| !h.is_null()) {
-                probe.call(|| p.stop(h));
-                probe.outcomes.record += 1;
-            }
+            let states = [(ty::RECV_WAIT, 0), (ty::RECV_GPU_WAIT, t.step_bytes)];
+            steps(&mut probe, p, &c, recv, &mut handles[..n], &states, 1);
             if !recv.is_null() {
                 probe.call(|| p.stop(recv));
                 probe.outcomes.record += 1;
@@ -290,6 +260,32 @@ pub fn proxy<'a>(p: &Plugin, c: Comm, rx: Queue<Task>, shared: &'a Shared, calls
         calls.fetch_add(probe.total - before, Ordering::Relaxed);
     }
     probe
+}
+
+/// The steps of ProxyOp `op` (declined, with no handle, under a null one), one per entry of
+/// `handles`: their starts, then `states` (the first `ignored` of them ignored, the others
+/// recorded) and the stop on each step the plugin returned.
+fn steps(probe: &mut Probe, p: &Plugin, c: &Comm, op: H, handles: &mut [H], states: &[(u32, u64)], ignored: u64) {
+    for (s, h) in handles.iter_mut().enumerate() {
+        *h = probe.call(|| p.proxy_step(c.context, op, c.rank, s as i32));
+        if op.is_null() {
+            probe.outcomes.declined += 1;
+            assert!(h.is_null(), "a ProxyStep without a ProxyOp got a handle");
+        } else {
+            probe.outcomes.record += 1;
+        }
+    }
+    for &h in handles.iter().filter(|h| !h.is_null()) {
+        for &(state, value) in states {
+            probe.call(|| p.state(h, state, value));
+        }
+        probe.outcomes.ignored += ignored;
+        probe.outcomes.record += states.len() as u64 - ignored;
+    }
+    for &h in handles.iter().filter(|h| !h.is_null()) {
+        probe.call(|| p.stop(h));
+        probe.outcomes.record += 1;
+    }
 }
 
 /// Sleeps 1 ms at a time until `stop`; returns per phase the worst oversleep: how long the
