@@ -167,7 +167,7 @@ impl Interval {
                     link.queue.alone.merge(&one);
                 }
                 LinkFigures {
-                    fit: link.queue.fit(link.bytes, mode),
+                    fit: link.queue.fit(link.bytes, link.transfers, mode),
                     comm,
                     peer,
                     transfers: link.transfers,

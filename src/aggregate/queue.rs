@@ -112,8 +112,6 @@ pub struct Queue {
     pub busy: f64,
     /// Seconds the transfers waited for the link's earlier ones to complete, summed.
     pub wait: f64,
-    /// Transfers.
-    pub steps: u64,
 }
 
 impl Queue {
@@ -125,7 +123,6 @@ impl Queue {
         self.alone.merge(&other.alone);
         self.busy += other.busy;
         self.wait += other.wait;
-        self.steps += other.steps;
     }
 }
 
@@ -150,12 +147,12 @@ pub struct LinkFit {
 }
 
 impl Queue {
-    /// The link's figures from `bytes` moved: bandwidth from the queued transfers' wire rate
+    /// The link's figures from `bytes` moved by `transfers`: bandwidth from the queued transfers' wire rate
     /// (at least [`MIN_QUEUED`] of them), else from the idle transfers' fit; latency from the
     /// idle transfers at the wire rate of the queued transfers no other link's completion came
     /// between (one size suffices), else from their fit (two sizes at least); throughput from
-    /// the busy time.
-    pub fn fit(&self, bytes: u64, mode: Mode) -> LinkFit {
+    /// the busy time; the mean wait over the transfers.
+    pub fn fit(&self, bytes: u64, transfers: u64, mode: Mode) -> LinkFit {
         let fit = self.idle.fit(mode);
         let enough = |r: &Rate| r.per_sec().filter(|_| r.n >= MIN_QUEUED);
         let rate = enough(&self.queued);
@@ -178,7 +175,7 @@ impl Queue {
             bandwidth,
             r2: fit.map(|f| f.r2),
             throughput: (self.busy > 0.0 && throughput.is_finite()).then_some(throughput),
-            wait: (self.steps > 0).then(|| self.wait / self.steps as f64),
+            wait: (transfers > 0).then(|| self.wait / transfers as f64),
             missing,
         }
     }
@@ -192,10 +189,7 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
     if !steps.is_sorted_by_key(|s| (s.sent, s.stop)) {
         steps.sort_unstable_by_key(|s| (s.sent, s.stop));
     }
-    let mut q = Queue {
-        steps: steps.len() as u64,
-        ..Queue::default()
-    };
+    let mut q = Queue::default();
     let secs = |ticks: u64| ticks as f64 * secs_per_tick;
     // Pass 1: busy periods, their openers, waits.
     let mut last_stop = 0u64;
@@ -283,7 +277,8 @@ mod tests {
         assert_eq!((q.spans.clone(), q.gaps.len(), q.stops.len()), (vec![(0, 90)], 6, 8));
         assert_eq!(q.openers.len(), 1);
         // Each waited for the ones before it: 20 + 30 + … + 80 ticks.
-        assert_eq!((q.wait, q.steps), (350.0, 8));
+        assert_eq!(q.wait, 350.0);
+        assert_eq!(q.fit(8000, 8, Mode::Avg).wait, Some(350.0 / 8.0));
         // The second was handed over within the first one's latency: not certain to queue.
         assert_eq!(
             q.queued,
@@ -338,24 +333,24 @@ mod tests {
         }
         let mut q = analyze(&mut steps, 1.0);
         assert_eq!(q.openers.len(), 6);
-        assert!(q.fit(24_900, Mode::Avg).latency.is_none(), "no transfer checked idle yet");
+        assert!(q.fit(24_900, 27, Mode::Avg).latency.is_none(), "no transfer checked idle yet");
         for l in q.openers.clone() {
             q.idle.push(l.bytes, l.secs);
         }
         q.alone = q.queued;
-        let f = q.fit(24_900, Mode::Avg);
+        let f = q.fit(24_900, 27, Mode::Avg);
         assert_eq!(f.bandwidth, Some(100.0));
         assert!((f.latency.unwrap() - 20.0).abs() < 1e-9, "{f:?}");
         assert_eq!(f.missing, None);
         assert_eq!(f.throughput, Some(24_900.0 / (3.0 * (100.0 + 23.0))));
         let mut one = analyze(&mut [step(0, 30, 1000)], 1.0);
         one.idle.push(1000, 30.0);
-        let lone = one.fit(1000, Mode::Avg);
+        let lone = one.fit(1000, 1, Mode::Avg);
         assert_eq!(
             (lone.latency, lone.bandwidth, lone.missing),
             (None, None, Some("one_size"))
         );
-        assert_eq!(Queue::default().fit(0, Mode::Min).missing, Some("no_idle_transfer"));
+        assert_eq!(Queue::default().fit(0, 0, Mode::Min).missing, Some("no_idle_transfer"));
     }
 
     #[test]
@@ -384,6 +379,7 @@ mod tests {
         let mut a = analyze(&mut [step(0, 10, 100), step(0, 20, 100), step(0, 30, 100)], 1.0);
         let b = analyze(&mut [step(0, 5, 50)], 1.0);
         a.merge(&b);
-        assert_eq!((a.queued.n, a.busy, a.steps), (1, 35.0, 4));
+        // a: the second waited 10 ticks, the third 20; b waited nothing.
+        assert_eq!((a.queued.n, a.busy, a.wait), (1, 35.0, 30.0));
     }
 }
