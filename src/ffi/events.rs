@@ -398,8 +398,15 @@ thread_local! {
 
 /// Whether this is the first SendPeerWait of step `h` on this thread (no shared write).
 fn first_peer_wait(h: Handle) -> bool {
-    let id = h.encode();
-    PEER_WAITED.with(|seen| seen.get(h.slot() as usize % 64).is_some_and(|c| c.replace(id) != id))
+    PEER_WAITED.with(|seen| first_seen(seen, h, h.encode()))
+}
+
+/// Whether `key` differs from what the entry of `seen` that `h`'s slot maps to held, which it
+/// now holds: the first of a repeated state on this thread (a collision lets a repeat through).
+#[inline(always)]
+fn first_seen<K: Copy + PartialEq>(seen: &[Cell<K>], h: Handle, key: K) -> bool {
+    seen.get(h.slot() as usize % seen.len())
+        .is_some_and(|c| c.replace(key) != key)
 }
 
 thread_local! {
@@ -411,8 +418,7 @@ thread_local! {
 /// Whether this is the first SendRemFifoWait of send op `h` for the transfer `steps` names
 /// (ABI v1–v3: transfers done plus the slice) on this thread.
 fn first_fifo_wait(h: Handle, steps: i32) -> bool {
-    let key = (h.encode(), steps);
-    FIFO_WAITED.with(|seen| seen.get(h.slot() as usize % 16).is_some_and(|c| c.replace(key) != key))
+    FIFO_WAITED.with(|seen| first_seen(seen, h, (h.encode(), steps)))
 }
 
 /// `stopEvent` of the table of ABI version `ABI`. NCCL 2.23–2.25 (tables v1 and v2, spec
@@ -447,9 +453,9 @@ pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -
 /// the RecvGPUWait of a receive step, KernelChStop and KernelPhaseStop (GPU stop times), a
 /// receive op's InProgress (it will stop) and, on ABI v1–v3 (`abi`), a send op's transfer edges
 /// with its byte total ([`legacy::mark`]) and the first SendRemFifoWait of each of its
-/// transfers (as a PeerWait), and a receive op's RecvPosted and RecvReceived counts. Other states NCCL defines for the event's type are ignored before
-/// the communicator is looked up (no shared read or write, stale or not); unknown ones are
-/// counted.
+/// transfers (as a PeerWait), and a receive op's RecvPosted and RecvReceived counts. Other
+/// states NCCL defines for the event's type are ignored before the communicator is looked up (no
+/// shared read or write, stale or not); unknown ones are counted.
 pub(super) fn record_event_state<A: StateArgs>(
     owner: &Owner,
     handle: *mut c_void,
