@@ -66,6 +66,7 @@ fn window() -> Vec<Record> {
                 datatype: Datatype::Float32,
                 n_channels: channels,
                 graph: None,
+                sample: nccl_profiler_otel::record::Sample::ALL,
             }),
         );
         w.push(coll, Body::Stop);
@@ -128,6 +129,7 @@ fn window() -> Vec<Record> {
                 datatype: Datatype::Int8,
                 n_channels: 1,
                 graph: None,
+                sample: nccl_profiler_otel::record::Sample::ALL,
             }),
         );
         w.push(c, Body::Stop);

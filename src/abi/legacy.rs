@@ -140,6 +140,7 @@ macro_rules! legacy_family {
                         datatype: c.datatype.datatype(),
                         n_channels: c.nMaxChannels,
                         graph: None,
+                        sample: crate::record::Sample::ALL,
                     })
                 }
             }
@@ -157,6 +158,7 @@ macro_rules! legacy_family {
                         peer: p.peer,
                         datatype: p.datatype.datatype(),
                         graph: None,
+                        sample: crate::record::Sample::ALL,
                     };
                     Some((p.func.func(), start))
                 }

@@ -158,6 +158,7 @@ macro_rules! coll_api {
                     datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
                     n_channels: 0,
                     graph: self.api_graph(),
+                    sample: crate::record::Sample::ALL,
                 })
             }
         }
@@ -186,6 +187,7 @@ macro_rules! ce_coll {
                     datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
                     n_channels: 0,
                     graph: None, // its parent CollApi tells
+                    sample: crate::record::Sample::ALL,
                 })
             }
         }
@@ -296,6 +298,7 @@ macro_rules! api_family {
                         datatype: Datatype::from_bytes($crate::abi::c_bytes(c.datatype)),
                         n_channels: c.nChannels,
                         graph: None, // its parent CollApi tells (v5+)
+                        sample: crate::record::Sample::ALL,
                     })
                 }
             }
@@ -314,6 +317,7 @@ macro_rules! api_family {
                         peer: p.peer,
                         datatype: Datatype::from_bytes($crate::abi::c_bytes(p.datatype)),
                         graph: None, // its parent P2pApi tells (v5+)
+                        sample: crate::record::Sample::ALL,
                     };
                     Some((Func::from_bytes($crate::abi::c_bytes(p.func)), start))
                 }

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod consumer;
+pub mod counts;
 #[cfg(all(test, nccl_loom))]
 mod loom;
 mod producer;
@@ -147,6 +148,8 @@ pub struct Comm {
     born: [AtomicU32; WINDOWS],
     /// Drop counters (cumulative since `init`; consumers diff them).
     pub drops: CachePadded<Drops>,
+    /// Operations counted without a record (shed under overload); the consumer drains it.
+    pub counts: CachePadded<counts::Counts>,
 }
 
 impl Comm {
@@ -167,6 +170,7 @@ impl Comm {
             lost_held: AtomicBool::new(false),
             born: std::array::from_fn(|_| AtomicU32::new(0)),
             drops: CachePadded::new(Drops::default()),
+            counts: CachePadded::new(counts::Counts::default()),
         })
     }
 

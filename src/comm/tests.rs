@@ -58,6 +58,7 @@ pub(super) fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
         datatype: Datatype::Float32,
         n_channels: 1,
         graph: None,
+        sample: crate::record::Sample::ALL,
     });
     comm.start(ID, Kind::Coll, None, ts, body).and_then(Handle::decode)
 }

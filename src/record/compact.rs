@@ -262,6 +262,7 @@ mod tests {
             datatype: Datatype::Float32,
             n_channels: 8,
             graph: None,
+            sample: crate::record::Sample::ALL,
         };
         let refused = [
             Record {

@@ -8,12 +8,16 @@
 #![forbid(unsafe_code)]
 
 pub mod compact;
+pub mod counted;
 pub mod handle;
 pub mod meta;
 pub mod names;
+pub mod sample;
+pub mod size;
 
 pub use meta::{CommMeta, PHASES};
 pub use names::{Algo, Datatype, Func, Proto};
+pub use sample::Sample;
 
 /// Start of a collective (`Coll` event).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -35,6 +39,8 @@ pub struct CollStart {
     /// Whether the call was made while its stream was being captured into a CUDA graph (v5+
     /// `graphCaptured` of its API event); `None` when NCCL does not say (before 2.28).
     pub graph: Option<bool>,
+    /// How the hot path sampled it ([`Sample::ALL`] when nothing is shed).
+    pub sample: Sample,
 }
 
 /// Start of a point-to-point send (`P2p` event; receives are declined).
@@ -48,6 +54,8 @@ pub struct P2pStart {
     pub datatype: Datatype,
     /// As [`CollStart::graph`].
     pub graph: Option<bool>,
+    /// As [`CollStart::sample`] (P2P sends are numbered apart from collectives).
+    pub sample: Sample,
 }
 
 /// Start of a proxy operation (`ProxyOp` event): a network send, or a receive of one of our

@@ -40,6 +40,7 @@ impl Feed {
             datatype: Datatype::Int8,
             n_channels: 1,
             graph: None,
+            sample: crate::record::Sample::ALL,
         };
         self.rec(ms, id, Body::Coll(c));
     }

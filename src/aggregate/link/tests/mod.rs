@@ -181,6 +181,7 @@ fn coll_body(func: Func, count: u64, datatype: Datatype) -> Body {
         datatype,
         n_channels: 2,
         graph: None,
+        sample: crate::record::Sample::ALL,
     })
 }
 

@@ -62,6 +62,7 @@ fn p2p_send() {
             peer: 5,
             datatype: Datatype::Float64,
             graph: None,
+            sample: crate::record::Sample::ALL,
         }),
     );
     w.stop(p, 1_002);

@@ -213,6 +213,7 @@ fn output_is_deterministic_and_sorted() {
                 peer: 4 - peer,
                 datatype: dt,
                 graph: None,
+                sample: crate::record::Sample::ALL,
             }),
         );
         w.stop(p, ts + 11);

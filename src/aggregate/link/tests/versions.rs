@@ -129,6 +129,7 @@ fn api_calls_nothing_claims_are_collectives_of_their_own() {
         datatype: Datatype::Float32,
         n_channels: 0,
         graph: Some(false),
+        sample: crate::record::Sample::ALL,
     };
     let (mut open, t0) = (OpenOps::new(Duration::from_millis(100)), Instant::now());
     let mut w = Win::default();
