@@ -10,6 +10,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::shed::Controller;
 use super::{Comm, LIVE, LOST, Locked, NONE, SETTLE, WINDOWS, route, split};
 use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::lifetime::Life;
@@ -53,6 +54,8 @@ pub(super) struct Consumer {
     next_seq: u64,
     /// No progress for this long is a hang.
     hang: Duration,
+    /// The shed level of the windows it arms.
+    shed: Controller,
 }
 
 impl Consumer {
@@ -72,6 +75,7 @@ impl Consumer {
             open: OpenOps::new(pending_ttl(config)),
             next_seq: 1,
             hang: config.hang_threshold,
+            shed: Controller::default(),
         }
     }
 
@@ -84,6 +88,7 @@ impl Consumer {
         self.open.flight = Flight::new(meta.nranks);
         self.next_seq = 1;
         self.hang = config.hang_threshold;
+        self.shed = Controller::default();
         self.meta = meta;
     }
 }

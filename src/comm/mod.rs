@@ -30,6 +30,7 @@ pub mod counts;
 mod loom;
 mod producer;
 mod registry;
+pub mod shed;
 #[cfg(test)]
 mod tests;
 
