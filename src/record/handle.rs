@@ -16,7 +16,7 @@
 //! | bits  | field          |
 //! |-------|----------------|
 //! | 0–20  | record slot    |
-//! | 21–23 | kind (1–11), low bits |
+//! | 21–23 | kind (1–14), low bits |
 //! | 24–47 | window epoch (low 24 bits) |
 //! | 48–49 | window index   |
 //! | 50–61 | comm slot      |
@@ -90,6 +90,13 @@ pub enum Kind {
     /// Receive proxy step (v4+) of a [`Kind::RecvOp`]: only its first RecvGPUWait and its stop
     /// are recorded after its start, for hang diagnosis.
     RecvStep = 11,
+    /// An operation counted without a record (overload shedding), or an event started under
+    /// one: a valid handle with no record behind it, whose descendants are shed too.
+    Shed = 12,
+    /// Send proxy operation recorded without its steps (ProxyStep detail shed).
+    ProxyOpBare = 13,
+    /// Receive proxy operation recorded without its steps (ProxyStep detail shed).
+    RecvOpBare = 14,
 }
 
 impl Kind {
@@ -106,6 +113,9 @@ impl Kind {
             9 => Kind::Api,
             10 => Kind::ApiCall,
             11 => Kind::RecvStep,
+            12 => Kind::Shed,
+            13 => Kind::ProxyOpBare,
+            14 => Kind::RecvOpBare,
             _ => return None,
         })
     }
@@ -118,9 +128,19 @@ impl Kind {
     /// thread since).
     pub fn lane(self) -> usize {
         match self {
-            Kind::Group | Kind::Coll | Kind::P2p | Kind::Api | Kind::ApiCall => 0,
-            Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep | Kind::RecvStep => 1,
+            Kind::Group | Kind::Coll | Kind::P2p | Kind::Api | Kind::ApiCall | Kind::Shed => 0,
+            Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep | Kind::RecvStep | Kind::ProxyOpBare | Kind::RecvOpBare => 1,
             Kind::KernelCh | Kind::KernelPhase => 2,
+        }
+    }
+
+    /// The kind a bare proxy operation is of when its missing steps do not matter (itself for
+    /// every other kind).
+    pub fn base(self) -> Kind {
+        match self {
+            Kind::ProxyOpBare => Kind::ProxyOp,
+            Kind::RecvOpBare => Kind::RecvOp,
+            k => k,
         }
     }
 }
@@ -297,7 +317,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kind(i: u8) -> Kind {
-        Kind::from_bits(u64::from(i % 11 + 1)).unwrap()
+        Kind::from_bits(u64::from(i % 14 + 1)).unwrap()
     }
 
     proptest! {
@@ -340,8 +360,8 @@ mod tests {
         let h = Handle::new(1, 0, 0, Kind::Coll, 0);
         assert_eq!(Handle::decode(h.encode() & !(7 << KIND_SHIFT)), None);
         assert_eq!(Handle::decode(h.encode() & !HANDLE_BIT), None);
-        let kernel_ch = Handle::new(1, 0, 0, Kind::KernelCh, 0).encode();
-        assert_eq!(Handle::decode(kernel_ch | 1 << 62), None, "kind 14 does not exist");
+        let all_bits = Handle::new(1, 0, 0, Kind::KernelPhase, 0).encode() | 7 << KIND_SHIFT;
+        assert_eq!(Handle::decode(all_bits), None, "kind 15 does not exist");
         let ctx = Context::new(CommId { slot: 1, generation: 1 }, 7).encode();
         assert_eq!(Context::decode(ctx & !(u64::from(GEN_MASK) << GEN_SHIFT)), None);
         assert_eq!(Context::decode(ctx | 1 << 62), None);
