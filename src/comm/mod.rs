@@ -92,11 +92,14 @@ pub struct Drops {
     pub late: AtomicU64,
     /// Claimed but not published in time when the window was read.
     pub unpublished: AtomicU64,
+    /// ProxyStep detail not recorded because the window's shed level is at least 1: step
+    /// starts (with everything they would have recorded) and legacy per-transfer op states.
+    pub shed: AtomicU64,
 }
 
 impl Drops {
     fn reset(&self) {
-        [&self.full, &self.late, &self.unpublished]
+        [&self.full, &self.late, &self.unpublished, &self.shed]
             .iter()
             .for_each(|c| c.store(0, Ordering::Relaxed));
     }
@@ -111,6 +114,8 @@ pub struct DropCounts {
     pub late: u64,
     /// See [`Drops::unpublished`].
     pub unpublished: u64,
+    /// See [`Drops::shed`].
+    pub shed: u64,
 }
 
 /// One communicator's state.
@@ -222,6 +227,7 @@ impl Comm {
             full: self.drops.full.load(Ordering::Relaxed),
             late: self.drops.late.load(Ordering::Relaxed),
             unpublished: self.drops.unpublished.load(Ordering::Relaxed),
+            shed: self.drops.shed.load(Ordering::Relaxed),
         }
     }
 }
