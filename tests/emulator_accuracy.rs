@@ -18,9 +18,10 @@
 //! plugin's fit must agree with the emulator's fit of the same transfers (0.5 %) whenever the
 //! host disturbed none of them, else the test fails; (2) the ranks of links without an attempt
 //! where every transfer reached the plugin, (1) holds and the emulation reproduced the configured
-//! link within half the tolerance run again, 12 times at most; (3) the plugin's figures must be
-//! within the tolerance of the configured link. A link whose emulation the host kept off the
-//! configured figures in all 12 attempts is checked by (1) alone (the plugin's job is to measure
+//! link within half the tolerance run again: 12 times at most while (1) has not held for a link,
+//! 4 times once it has; (3) the plugin's figures must be within the tolerance of the configured
+//! link. A link whose emulation the host kept off the configured figures in those 4 attempts is
+//! checked by (1) alone (the plugin's job is to measure
 //! what the network did) and reported on stderr; one where (1) never held fails. The accuracy
 //! tests run one at a time and emulate one rank at a time, so the emulator never competes with
 //! itself for the two cores.
@@ -320,16 +321,17 @@ fn run_links(s: &Setup, plugin: &Plugin, workload: &Workload, ranks: &BTreeSet<i
 }
 
 /// Runs until every link had a verified attempt ([`LinkCheck::verified`]) whose emulation
-/// reproduced the configured link within `tol / 2`, at most 12 times; then checks the plugin
-/// within `tol` of the configured links. A link that only had verified attempts off the
-/// configured figures (the host's doing) keeps its first such attempt and is reported.
+/// reproduced the configured link within `tol / 2` (at most [`FAITHFUL_ATTEMPTS`] times), or at
+/// least a verified attempt (at most 12 times); then checks the plugin within `tol` of the
+/// configured links. A link that only had verified attempts off the configured figures (the
+/// host's doing) keeps its first such attempt and is reported.
 fn assert_links_recovered(workload: &Workload, tol: f64) -> Vec<LinkCheck> {
     let (_serial, s) = setup();
     let mut faithful: HashMap<(usize, usize), LinkCheck> = HashMap::new();
     let mut verified: HashMap<(usize, usize), LinkCheck> = HashMap::new();
     let mut unverified: HashMap<(usize, usize), LinkCheck> = HashMap::new();
     let mut ranks: BTreeSet<i32> = (0..workload.net.ranks as i32).collect();
-    for _attempt in 0..12 {
+    for attempt in 0..12 {
         for c in run_links(s, &s.plugin, workload, &ranks) {
             let key = (c.src, c.dst);
             if faithful.contains_key(&key) {
@@ -349,12 +351,15 @@ fn assert_links_recovered(workload: &Workload, tol: f64) -> Vec<LinkCheck> {
                 verified.entry(key).or_insert(c);
             }
         }
-        if verified.is_empty() && unverified.is_empty() {
+        let retry_verified = attempt + 1 < FAITHFUL_ATTEMPTS;
+        if unverified.is_empty() && (verified.is_empty() || !retry_verified) {
             break;
         }
-        // Again only for the ranks that send on a link without a faithful attempt yet.
+        // Again only for the ranks that send on a link without a verified (or, while retries
+        // for it last, a faithful) attempt yet.
         ranks = verified
             .values()
+            .filter(|_| retry_verified)
             .chain(unverified.values())
             .map(|c| c.src as i32)
             .collect();
@@ -366,8 +371,10 @@ fn assert_links_recovered(workload: &Workload, tol: f64) -> Vec<LinkCheck> {
     );
     if !verified.is_empty() {
         print_links(
-            "the host kept the emulation of these links off the configured figures in 12 attempts; \
-             the plugin matched the emulator's own timings",
+            &format!(
+                "the host kept the emulation of these links off the configured figures in {FAITHFUL_ATTEMPTS} \
+                 attempts; the plugin matched the emulator's own timings"
+            ),
             &sorted(verified.values()),
         );
     }
@@ -385,6 +392,11 @@ fn assert_links_recovered(workload: &Workload, tol: f64) -> Vec<LinkCheck> {
     }
     sorted(faithful.values().chain(verified.values()))
 }
+
+/// Attempts at a faithful emulation of a link that already had a verified one: on a busy host
+/// some links' emulation stays a few % off the configured figures however often it runs (the
+/// plugin still matches the emulator's own timing of every attempt).
+const FAITHFUL_ATTEMPTS: usize = 4;
 
 /// The checks by link.
 fn sorted<'a>(checks: impl Iterator<Item = &'a LinkCheck>) -> Vec<LinkCheck> {
