@@ -250,6 +250,7 @@ mod tests {
             channels: Vec::new(),
             phases: Default::default(),
             stats: WindowStats::default(),
+            counted: Vec::new(),
         }
     }
 

@@ -513,6 +513,7 @@ mod tests {
             links,
             channels: Vec::new(),
             stats: WindowStats::default(),
+            counted: Vec::new(),
         }
     }
 
