@@ -185,3 +185,20 @@ pub struct WindowSummary {
     /// drain of its count table, by their count-only attributes.
     pub counted: Vec<Counted>,
 }
+
+impl WindowSummary {
+    /// A summary of no window (`stats.windows` 0) carrying only operations counted without a
+    /// record.
+    pub fn counted_only(comm: CommMeta, counted: Vec<Counted>) -> WindowSummary {
+        WindowSummary {
+            comm,
+            colls: Vec::new(),
+            p2ps: Vec::new(),
+            links: Vec::new(),
+            channels: Vec::new(),
+            phases: Default::default(),
+            stats: WindowStats::default(),
+            counted,
+        }
+    }
+}
