@@ -1,5 +1,6 @@
 //! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
-//! recording of every window summary, the interval's link and channel figures
+//! recording of every window summary (with the weights of sampling and the operations counted
+//! without a record: [`super::weighted`]), the interval's link and channel figures
 //! ([`crate::aggregate::interval`]), the self-telemetry
 //! counters and each communicator's progress ([`progress`]), and one export request per interval
 //! (or flush) handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
@@ -23,6 +24,7 @@ use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
 use super::resource::resource;
 use super::tags::UserTags;
 use super::views::view;
+use super::weighted::{Sampling, counted_attrs};
 use super::{queue, sdk_temporality};
 use crate::aggregate::WindowSummary;
 use crate::aggregate::interval::{CommKey, Interval, Scale, size_class_name};
@@ -71,6 +73,7 @@ pub struct Pipeline {
     _provider: SdkMeterProvider,
     reader: SharedReader,
     inst: Instruments,
+    sampling: Sampling,
     limiter: Limiter,
     interval: Duration,
     next: Instant,
@@ -113,6 +116,7 @@ impl Pipeline {
             _provider: provider,
             reader,
             inst,
+            sampling: Sampling::new(&meter),
             limiter: Limiter {
                 limit: export.cardinality_limit as usize,
                 per_interval: export.temporality == Temporality::Delta,
@@ -229,6 +233,18 @@ impl Pipeline {
                 .record(&g.ops, &g.transfers, Scale::send(s.comm.nranks), &attrs, None);
             self.waits(&base, Func::Send, &g.ops);
         }
+        for c in &s.counted {
+            let (family, attrs) = counted_attrs(&base, c);
+            let attrs = self.attrs_or_overflow(family, attrs, c.ops);
+            let inst = if family == Family::P2p { &self.inst.p2p } else { &self.inst.coll };
+            inst.record_counted(c, s.comm.nranks, &attrs);
+        }
+        if !s.counted.is_empty() {
+            let mut attrs = base.clone();
+            attrs.push(KeyValue::new("nccl.reason", "untimed"));
+            let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
+            self.sampling.shed.add(s.counted.iter().map(|c| c.ops).sum(), &attrs);
+        }
         for l in &s.links {
             let attrs = link_attrs(&CommKey::new(&s.comm, l.rank), Some(l.peer));
             let attrs = self.attrs_or_overflow(Family::Link, attrs, 1);
@@ -272,8 +288,21 @@ impl Pipeline {
             fresh.clear();
         }
         i.link_samples.clear();
+        self.sampling.ratio.clear();
         self.progress.clear();
+        // Steps shed anywhere in the process: no transfer of the interval is known idle.
+        if own.comms.iter().any(|c| c.counts.shed > self.last_drops(c).shed) {
+            self.current.shed();
+        }
         let figures = self.current.close();
+        for (comm, ratio) in figures.sampling {
+            let attrs = link_attrs(&comm, None);
+            if !self.limiter.admit(Family::Profiler, &attrs) {
+                self.overflow(Family::Profiler, 1);
+                continue;
+            }
+            self.sampling.ratio.record(ratio, &attrs);
+        }
         for link in figures.links {
             let attrs = link_attrs(&link.comm, Some(link.peer));
             if !self.limiter.admit(Family::Link, &attrs) {
@@ -363,34 +392,24 @@ impl Pipeline {
         i.windows_dropped.add(e[2], &[]);
         i.export_sent.add(e[3], &[]);
 
-        // A slot's counters restart at 0 when a communicator registers there (a new generation).
         for c in &own.comms {
             let (slot, generation, meta, counts) = (c.slot, c.generation, &c.meta, c.counts);
             if self.seen.drops.len() <= slot {
                 self.seen.drops.resize(slot + 1, None);
             }
             let known = matches!(&self.seen.drops[slot], Some((g, m, _)) if *g == generation && m == meta);
-            let last = match &self.seen.drops[slot] {
-                Some((_, _, last))
-                    if known
-                        && last.full <= counts.full
-                        && last.late <= counts.late
-                        && last.unpublished <= counts.unpublished =>
-                {
-                    *last
-                }
-                _ => DropCounts::default(),
-            };
+            let last = self.last_drops(c);
             let deltas = [
                 ("full", counts.full - last.full),
                 ("late", counts.late - last.late),
                 ("unpublished", counts.unpublished - last.unpublished),
             ];
+            let shed = counts.shed - last.shed;
             self.seen.drops[slot] = Some((generation, meta.clone(), counts));
             self.progress(c);
             // A finalized communicator is reported once more (so even a short-lived one has
             // its series), then only if its counters still move.
-            if known && !c.live && deltas.iter().all(|(_, d)| *d == 0) {
+            if known && !c.live && shed == 0 && deltas.iter().all(|(_, d)| *d == 0) {
                 continue;
             }
             for (reason, delta) in deltas {
@@ -399,8 +418,35 @@ impl Pipeline {
                 let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
                 self.inst.events_dropped.add(delta, &attrs);
             }
+            // Untimed operations are counted as their summaries are recorded.
+            for (reason, delta) in [("detail", shed), ("untimed", 0)] {
+                let mut attrs = comm_attrs(meta);
+                attrs.push(KeyValue::new("nccl.reason", reason));
+                let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
+                self.sampling.shed.add(delta, &attrs);
+            }
         }
         self.end_progress();
+    }
+
+    /// The drop counters of `c`'s communicator last exported; zero for a communicator not seen
+    /// yet in its slot, or whose counters went back (a slot's counters restart at 0 when a
+    /// communicator registers there, a new generation).
+    fn last_drops(&self, c: &telemetry::CommDrops) -> DropCounts {
+        let (counts, seen) = (c.counts, self.seen.drops.get(c.slot).and_then(Option::as_ref));
+        match seen {
+            Some((g, m, last))
+                if *g == c.generation
+                    && *m == c.meta
+                    && last.full <= counts.full
+                    && last.late <= counts.late
+                    && last.unpublished <= counts.unpublished
+                    && last.shed <= counts.shed =>
+            {
+                *last
+            }
+            _ => DropCounts::default(),
+        }
     }
 
     /// Logs export failures since the last interval: WARN when exports start failing, INFO
