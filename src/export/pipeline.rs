@@ -543,6 +543,7 @@ mod tests {
     use crate::aggregate::regression::Samples;
     use crate::aggregate::{LinkGroup, WindowStats};
     use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+    use std::collections::BTreeMap;
 
     fn summary(links: Vec<LinkGroup>) -> WindowSummary {
         WindowSummary {
@@ -649,5 +650,146 @@ mod tests {
         assert_eq!(gauge_points(&mut p, "nccl.link.latency"), 0);
         assert_eq!(gauge_points(&mut p, "nccl.link.throughput"), 1);
         assert_eq!(gauge_points(&mut p, "nccl.link.latency.missing"), 1, "reason one_size");
+    }
+
+    /// OTLP points of `name` in `rm` (decoded with the official types): attributes, and the
+    /// count (histograms) or value (gauges, sums).
+    fn otlp(rm: &ResourceMetrics, name: &str) -> Vec<(BTreeMap<String, String>, f64, f64)> {
+        use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::{KeyValue as Kv, any_value::Value};
+        use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as N};
+        let attrs = |kvs: &[Kv]| {
+            kvs.iter()
+                .map(|kv| {
+                    let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                        Some(Value::StringValue(s)) => s.clone(),
+                        Some(Value::IntValue(i)) => i.to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    (kv.key.clone(), v)
+                })
+                .collect::<BTreeMap<_, _>>()
+        };
+        let number = |v: &Option<N>| match v {
+            Some(N::AsDouble(d)) => *d,
+            Some(N::AsInt(i)) => *i as f64,
+            None => f64::NAN,
+        };
+        let req = ExportMetricsServiceRequest::from(rm);
+        let mut metrics = req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics);
+        let Some(m) = metrics.rfind(|m| m.name == name) else {
+            return Vec::new();
+        };
+        match &m.data {
+            Some(Data::Histogram(h)) => {
+                let points = h.data_points.iter();
+                points.map(|p| (attrs(&p.attributes), p.count as f64, p.sum.unwrap_or(0.0))).collect()
+            }
+            Some(Data::Gauge(g)) => g.data_points.iter().map(|p| (attrs(&p.attributes), number(&p.value), 0.0)).collect(),
+            Some(Data::Sum(s)) => s.data_points.iter().map(|p| (attrs(&p.attributes), number(&p.value), 0.0)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Under sampling: a timed operation's times count its weight (2^3), a predecessor's only
+    /// its size; operations counted without a record are counted and sized under count-only
+    /// attributes; the ratio and the shed counter say how much was timed.
+    #[test]
+    fn sampled_and_counted_operations_are_weighted_and_counted() {
+        use crate::aggregate::Split;
+        use crate::aggregate::summary::{CollGroup, CollKey, OpSample, Waits};
+        use crate::record::counted::{CountKey, Counted};
+        use crate::record::sample::{Role, Sample};
+        use crate::record::{Algo, Datatype, Proto};
+
+        let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
+        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let op = |start: f64, role, ord| OpSample {
+            bytes: 1 << 20,
+            start,
+            duration: Some(1e-3),
+            gpu: Some(5e-4),
+            transfers: 0,
+            waits: Waits::default(),
+            sample: Sample::new(3, role, ord),
+            bare: true,
+        };
+        let key = |func, class, p2p| CountKey {
+            func,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            class,
+            p2p,
+        };
+        let counted = |key, ops, bytes| Counted { key, ops, bytes };
+        let mut s = summary(Vec::new());
+        s.colls = vec![CollGroup {
+            key: CollKey {
+                func: Func::AllReduce,
+                algo: Algo::Ring,
+                proto: Proto::Simple,
+                datatype: Datatype::Float32,
+                size_class: 20,
+                tag: 0,
+                graph: None,
+            },
+            ops: vec![op(0.0, Role::Predecessor, 4), op(1e-4, Role::Timed, 5)],
+            transfers: Vec::new(),
+        }];
+        s.counted = vec![
+            counted(Some(key(Func::AllReduce, 20, false)), 5, 5 << 20),
+            counted(Some(key(Func::Send, 13, true)), 2, 12 << 10),
+            counted(None, 1, 100),
+        ];
+        let served = Split {
+            service: Some(1e-4),
+            queue: Some(1e-3),
+            missing: None,
+        };
+        // Sizes and transfers once (none for bare ops), times 8 times: 2 + 8 × (1 + 4 + 3).
+        assert_eq!(OpInstruments::measurements(&s.colls[0].ops, &[Split::default(), served], &[]), 66);
+        p.record(&s);
+        let own = SelfTelemetry {
+            stats: crate::stats::STATS.snapshot(),
+            windows_dropped: 0,
+            kernel_ch_duty: None,
+            comms: Vec::new(),
+        };
+        p.end_interval(&own);
+        let mut rm = ResourceMetrics::default();
+        p.reader.collect(&mut rm).expect("collect");
+
+        let one = |name: &str| {
+            let points = otlp(&rm, name);
+            assert_eq!(points.len(), 1, "{name}: {points:?}");
+            (points[0].1, points[0].2)
+        };
+        assert_eq!(one("nccl.coll.duration").0, 8.0, "the timed operation, 8 times");
+        assert_eq!(one("nccl.coll.kernel.duration").0, 8.0);
+        let (service, summed) = (one("nccl.coll.service.duration"), one("nccl.coll.service.time"));
+        assert_eq!(service.0, 8.0);
+        assert!((summed.0 - 8.0 * 1e-4).abs() < 1e-12, "service time × 8: {summed:?}");
+        assert!(otlp(&rm, "nccl.coll.transfers").is_empty(), "steps shed: transfers unknown");
+        let bytes = otlp(&rm, "nccl.coll.bytes");
+        let by = |datatype: &str, func: &str| {
+            let p = bytes.iter().find(|(a, ..)| a["nccl.datatype"] == datatype && a["nccl.func"] == func);
+            p.map(|(a, count, sum)| (a.clone(), *count, *sum)).expect("a bytes series")
+        };
+        assert_eq!(by("ncclFloat32", "AllReduce").1, 2.0, "recorded operations, predecessor included");
+        let (attrs, count, sum) = by("other", "AllReduce");
+        assert_eq!((count, sum, attrs["nccl.algo"].as_str()), (5.0, f64::from(5 << 20), "RING"));
+        assert_eq!(attrs["nccl.size_class"], "1MiB");
+        assert!(!attrs.contains_key("nccl.user_tag") && !attrs.contains_key("nccl.graph_captured"));
+        let (attrs, count, _) = by("other", "other");
+        assert_eq!(count, 1.0);
+        assert!(["nccl.algo", "nccl.proto", "nccl.size_class"].iter().all(|k| attrs[*k] == "other"));
+        let sends = otlp(&rm, "nccl.p2p.bytes");
+        assert_eq!(sends.len(), 1);
+        let (attrs, count, sum) = &sends[0];
+        assert_eq!((attrs["nccl.peer"].as_str(), *count, *sum), ("other", 2.0, f64::from(12 << 10)));
+        let ratio = one("nccl.sampling.ratio").0;
+        assert!((ratio - 0.1).abs() < 1e-12, "1 timed of 2 recorded and 8 counted: {ratio}");
+        let shed = otlp(&rm, "nccl.profiler.events.shed");
+        assert!(shed.iter().any(|(a, v, _)| a["nccl.reason"] == "untimed" && *v == 8.0), "{shed:?}");
     }
 }

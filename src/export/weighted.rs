@@ -47,14 +47,13 @@ impl OpInstruments {
     ) {
         let weight = |o: &OpSample| o.sample.weight();
         if !ops.is_empty() {
-            let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
+            let bytes = self.bytes.bind(attrs);
+            let count = ops.iter().any(|o| !o.bare).then(|| self.transfers.bind(attrs));
             for op in ops {
                 if scale.sized {
                     bytes.record(op.bytes as f64);
                 }
-                if !op.bare {
-                    count.record(u64::from(op.transfers));
-                }
+                count.iter().filter(|_| !op.bare).for_each(|c| c.record(u64::from(op.transfers)));
             }
         }
         if ops.iter().any(|o| o.duration.is_some() && weight(o) > 0) {
