@@ -725,13 +725,13 @@ mod tests {
         let mut s = summary(Vec::new());
         s.colls = vec![CollGroup {
             key: CollKey {
+                datatype: Datatype::Bfloat16,
+                size_class: 20,
+                graph: None,
+                tag: 0,
                 func: Func::AllReduce,
                 algo: Algo::Ring,
                 proto: Proto::Simple,
-                datatype: Datatype::Float32,
-                size_class: 20,
-                tag: 0,
-                graph: None,
             },
             ops: vec![op(0.0, Role::Predecessor, 4), op(1e-4, Role::Timed, 5)],
             transfers: Vec::new(),
@@ -775,7 +775,7 @@ mod tests {
             let p = bytes.iter().find(|(a, ..)| a["nccl.datatype"] == datatype && a["nccl.func"] == func);
             p.map(|(a, count, sum)| (a.clone(), *count, *sum)).expect("a bytes series")
         };
-        assert_eq!(by("ncclFloat32", "AllReduce").1, 2.0, "recorded operations, predecessor included");
+        assert_eq!(by("ncclBfloat16", "AllReduce").1, 2.0, "recorded operations, predecessor included");
         let (attrs, count, sum) = by("other", "AllReduce");
         assert_eq!((count, sum, attrs["nccl.algo"].as_str()), (5.0, f64::from(5 << 20), "RING"));
         assert_eq!(attrs["nccl.size_class"], "1MiB");
