@@ -24,7 +24,7 @@ use crate::record::Func;
 const OTHER: &str = "other";
 
 /// Records `value` `weight` times (the SDK has no weighted record).
-fn record_n(h: &BoundHistogram<f64>, value: f64, weight: u32) {
+pub(super) fn record_n(h: &BoundHistogram<f64>, value: f64, weight: u32) {
     (0..weight).for_each(|_| h.record(value));
 }
 
