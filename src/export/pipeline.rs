@@ -792,4 +792,46 @@ mod tests {
         let shed = otlp(&rm, "nccl.profiler.events.shed");
         assert!(shed.iter().any(|(a, v, _)| a["nccl.reason"] == "untimed" && *v == 8.0), "{shed:?}");
     }
+
+    /// A communicator whose ProxyStep detail was shed since the last interval: no link of the
+    /// interval gets a latency (reason `shed`), the shed counter says how much.
+    #[test]
+    fn shed_detail_anywhere_withholds_link_latency() {
+        let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
+        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let mut idle = Samples::default();
+        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
+            idle.push(bytes, secs);
+        }
+        let link = LinkGroup {
+            rank: 0,
+            peer: 1,
+            bytes: 7168,
+            transfers: 3,
+            queue: Queue { idle, ..Queue::default() },
+        };
+        let s = summary(vec![link]);
+        let own = SelfTelemetry {
+            stats: crate::stats::STATS.snapshot(),
+            windows_dropped: 0,
+            kernel_ch_duty: None,
+            comms: vec![telemetry::CommDrops {
+                slot: 0,
+                generation: 1,
+                meta: s.comm.clone(),
+                counts: DropCounts { shed: 40, ..DropCounts::default() },
+                live: true,
+                progress: Default::default(),
+            }],
+        };
+        p.record(&s);
+        p.end_interval(&own);
+        let mut rm = ResourceMetrics::default();
+        p.reader.collect(&mut rm).expect("collect");
+        assert!(otlp(&rm, "nccl.link.latency").is_empty());
+        let missing = otlp(&rm, "nccl.link.latency.missing");
+        assert!(missing.iter().any(|(a, v, _)| a["nccl.reason"] == "shed" && *v == 1.0), "{missing:?}");
+        let shed = otlp(&rm, "nccl.profiler.events.shed");
+        assert!(shed.iter().any(|(a, v, _)| a["nccl.reason"] == "detail" && *v == 40.0), "{shed:?}");
+    }
 }
