@@ -586,20 +586,7 @@ mod tests {
         assert_eq!(config.export.temporality, Temporality::Cumulative);
         let now = Instant::now();
         let mut p = Pipeline::new(&config, now).expect("export on");
-        let mut samples = Samples::default();
-        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
-            samples.push(bytes, secs);
-        }
-        let link = LinkGroup {
-            rank: 0,
-            peer: 1,
-            bytes: 7168,
-            transfers: 3,
-            queue: Queue {
-                idle: samples,
-                ..Queue::default()
-            },
-        };
+        let link = fitted_link();
         let own = SelfTelemetry {
             stats: crate::stats::STATS.snapshot(),
             windows_dropped: 0,
@@ -793,24 +780,31 @@ mod tests {
         assert!(shed.iter().any(|(a, v, _)| a["nccl.reason"] == "untimed" && *v == 8.0), "{shed:?}");
     }
 
+    /// A link whose three idle transfers of three sizes make a fit.
+    fn fitted_link() -> LinkGroup {
+        let mut idle = Samples::default();
+        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
+            idle.push(bytes, secs);
+        }
+        LinkGroup {
+            rank: 0,
+            peer: 1,
+            bytes: 7168,
+            transfers: 3,
+            queue: Queue {
+                idle,
+                ..Queue::default()
+            },
+        }
+    }
+
     /// A communicator whose ProxyStep detail was shed since the last interval: no link of the
     /// interval gets a latency (reason `shed`), the shed counter says how much.
     #[test]
     fn shed_detail_anywhere_withholds_link_latency() {
         let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
         let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
-        let mut idle = Samples::default();
-        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
-            idle.push(bytes, secs);
-        }
-        let link = LinkGroup {
-            rank: 0,
-            peer: 1,
-            bytes: 7168,
-            transfers: 3,
-            queue: Queue { idle, ..Queue::default() },
-        };
-        let s = summary(vec![link]);
+        let s = summary(vec![fitted_link()]);
         let own = SelfTelemetry {
             stats: crate::stats::STATS.snapshot(),
             windows_dropped: 0,
