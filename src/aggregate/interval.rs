@@ -2,8 +2,8 @@
 //! merged per link and per channel, and every figure made from them — each link's queue fit
 //! (latency, bandwidth, R², throughput), each channel's regression, each operation's queue wait
 //! and service time (split in enqueue order per communicator, across intervals:
-//! [`super::service`]), and the nccl-tests bandwidths and bus bytes of an operation group
-//! ([`Scale`]). Plain values out, keyed by what their attributes name; the
+//! [`super::service`]), each communicator's sampling ratio under overload, and the nccl-tests
+//! bandwidths and bus bytes of an operation group ([`Scale`]). Plain values out, keyed by what their attributes name; the
 //! exporter only maps them onto instruments.
 //! Pure; called on the telemetry thread only.
 #![forbid(unsafe_code)]
@@ -86,6 +86,10 @@ pub struct ChannelFigures {
     pub latency: Option<f64>,
 }
 
+/// Why a link has no latency in an interval whose ProxyStep detail was shed (overload): a
+/// transfer the plugin did not see may have been in flight, so no transfer is known idle.
+pub const SHED: &str = "shed";
+
 /// The figures of one closed interval.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Figures {
@@ -93,6 +97,9 @@ pub struct Figures {
     pub links: Vec<LinkFigures>,
     /// Every channel with transfers in the interval, sorted by key.
     pub channels: Vec<ChannelFigures>,
+    /// Every communicator with operations in the interval: the fraction of them timed (in the
+    /// sample), sorted by key.
+    pub sampling: Vec<(CommKey, f64)>,
 }
 
 /// The interval being collected: each link's and channel's transfers merged across windows.
@@ -104,6 +111,10 @@ pub struct Interval {
     /// Each communicator's queue (by hash and our rank), kept across intervals.
     orders: BTreeMap<(u64, i32), Order>,
     timeline: Timeline,
+    /// Per communicator: operations timed (in the sample) and operations counted.
+    sampling: BTreeMap<CommKey, (u64, u64)>,
+    /// ProxyStep detail was shed in the interval ([`Interval::shed`]).
+    shed: bool,
 }
 
 impl Interval {
@@ -115,7 +126,15 @@ impl Interval {
             channels: BTreeMap::new(),
             orders: BTreeMap::new(),
             timeline: Timeline::default(),
+            sampling: BTreeMap::new(),
+            shed: false,
         }
+    }
+
+    /// Notes that ProxyStep detail was shed during the interval (some communicator's steps went
+    /// unrecorded): its links and channels get no latency, bandwidth or R².
+    pub fn shed(&mut self) {
+        self.shed = true;
     }
 
     /// The queue wait and service time of each of `s`'s operations ([`Order::split`]), in
@@ -124,8 +143,16 @@ impl Interval {
         self.orders.entry((s.comm.hash, s.comm.rank)).or_default().split(s)
     }
 
-    /// Merges one window's links and channels into the interval.
+    /// Merges one window's links, channels and operation counts into the interval.
     pub fn add(&mut self, s: &WindowSummary) {
+        let ops = s.colls.iter().flat_map(|g| &g.ops).chain(s.p2ps.iter().flat_map(|g| &g.ops));
+        let (timed, recorded) = ops.fold((0, 0), |(t, n), o| (t + u64::from(o.sample.weight() > 0), n + 1));
+        let all = recorded + s.counted.iter().map(|c| c.ops).sum::<u64>();
+        if all > 0 {
+            let entry = self.sampling.entry(CommKey::new(&s.comm, s.comm.rank)).or_default();
+            (entry.0, entry.1) = (entry.0 + timed, entry.1 + all);
+        }
+        self.shed |= s.stats.bare_ops > 0;
         for l in &s.links {
             let link = self.links.entry((CommKey::new(&s.comm, l.rank), l.peer)).or_default();
             link.bytes = link.bytes.saturating_add(l.bytes);
@@ -147,7 +174,7 @@ impl Interval {
 
     /// Ends the interval: its figures, and an empty interval in its place.
     pub fn close(&mut self) -> Figures {
-        let mode = self.mode;
+        let (mode, shed) = (self.mode, std::mem::take(&mut self.shed));
         let check = self.timeline.close();
         let links = std::mem::take(&mut self.links)
             .into_iter()
@@ -166,8 +193,12 @@ impl Interval {
                     };
                     link.queue.alone.merge(&one);
                 }
+                let mut fit = link.queue.fit(link.bytes, link.transfers, mode);
+                if shed {
+                    (fit.latency, fit.bandwidth, fit.r2, fit.missing) = (None, None, None, Some(SHED));
+                }
                 LinkFigures {
-                    fit: link.queue.fit(link.bytes, link.transfers, mode),
+                    fit,
                     comm,
                     peer,
                     transfers: link.transfers,
@@ -179,10 +210,18 @@ impl Interval {
             .map(|((comm, channel), samples)| ChannelFigures {
                 comm,
                 channel,
-                latency: samples.fit(mode).map(|f| f.latency()),
+                latency: samples.fit(mode).map(|f| f.latency()).filter(|_| !shed),
             })
             .collect();
-        Figures { links, channels }
+        let sampling = std::mem::take(&mut self.sampling)
+            .into_iter()
+            .map(|(comm, (timed, all))| (comm, timed as f64 / all as f64))
+            .collect();
+        Figures {
+            links,
+            channels,
+            sampling,
+        }
     }
 }
 
@@ -250,6 +289,7 @@ mod tests {
             channels: Vec::new(),
             phases: Default::default(),
             stats: WindowStats::default(),
+            counted: Vec::new(),
         }
     }
 
@@ -328,6 +368,49 @@ mod tests {
         interval.add(&with(0, 7, queue(&mut [step(1000, 1030), step(1100, 1140)])));
         let alone = interval.close();
         assert_eq!(alone.links[0].fit.missing, None, "{alone:?}");
+    }
+
+    /// An interval whose ProxyStep detail was shed: links keep their throughput, lose their
+    /// latency, bandwidth and R² (reason `shed`), and only for that interval; the sampling ratio
+    /// is timed operations over every operation, counted-only ones included.
+    #[test]
+    fn shed_detail_hides_link_fits_and_the_ratio_counts_every_operation() {
+        use crate::aggregate::summary::{CollGroup, OpSample, Waits};
+        use crate::record::counted::Counted;
+        use crate::record::sample::{Role, Sample};
+        let op = |role| OpSample {
+            bytes: 1024,
+            start: 0.0,
+            duration: Some(1.0),
+            gpu: None,
+            transfers: 0,
+            waits: Waits::default(),
+            sample: Sample::new(2, role, 0),
+            bare: true,
+        };
+        let mut interval = Interval::new(Mode::Avg);
+        let mut s = summary(0, vec![link(0, 1024)]);
+        s.stats.bare_ops = 1;
+        s.colls = vec![CollGroup {
+            key: key(),
+            ops: vec![op(Role::Predecessor), op(Role::Timed)],
+            transfers: Vec::new(),
+        }];
+        s.counted = vec![Counted {
+            key: None,
+            ops: 6,
+            bytes: 60,
+        }];
+        interval.add(&s);
+        let f = interval.close();
+        let fit = f.links[0].fit;
+        assert_eq!((fit.latency, fit.bandwidth, fit.r2, fit.missing), (None, None, None, Some(SHED)));
+        assert!(fit.throughput.is_some());
+        assert_eq!(f.sampling, vec![(CommKey::new(&s.comm, 0), 0.125)]);
+        interval.add(&summary(0, vec![link(0, 1024)]));
+        let f = interval.close();
+        assert_ne!(f.links[0].fit.missing, Some(SHED));
+        assert!(f.sampling.is_empty(), "no operations: no ratio");
     }
 
     #[test]

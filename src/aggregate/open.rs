@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::flight::Flight;
 use super::summary::{CollKey, OpSample, Transfer, Waits};
-use crate::record::Datatype;
+use crate::record::{Datatype, Sample};
 
 /// How long a finished operation waits for late children after its window was processed, at
 /// least (also when no later window fills up).
@@ -131,6 +131,8 @@ pub(super) struct Progress {
     pub peer_wait: Option<(u64, i32)>,
     /// The longest initial sync of its kernel channels (GPU ns).
     pub sync_wait: Option<u64>,
+    /// One of its ProxyOps was recorded without its steps.
+    pub bare: bool,
 }
 
 impl Default for Progress {
@@ -146,6 +148,7 @@ impl Default for Progress {
             transfers: 0,
             peer_wait: None,
             sync_wait: None,
+            bare: false,
         }
     }
 }
@@ -182,6 +185,7 @@ impl Progress {
         self.gpu_start = self.gpu_start.min(other.gpu_start);
         self.gpu_stop = self.gpu_stop.max(other.gpu_stop);
         self.transfers = self.transfers.saturating_add(other.transfers);
+        self.bare |= other.bare;
         if let Some((ticks, peer)) = other.peer_wait {
             self.waited(peer, ticks);
         }
@@ -224,6 +228,8 @@ pub(super) struct Root {
     pub bytes: u64,
     /// KernelCh it gets (one per channel); 0 when unknown (P2p).
     pub channels: u32,
+    /// How the hot path sampled it.
+    pub sample: Sample,
     pub p: Progress,
 }
 
@@ -245,6 +251,8 @@ impl Root {
                 peer: p.peer_wait.map(|(t, peer)| (peer, t as f64 * secs_per_tick)),
                 sync: p.sync_wait.map(|ns| ns as f64 / 1e9),
             },
+            sample: self.sample,
+            bare: p.bare,
         }
     }
 }

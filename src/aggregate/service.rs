@@ -16,10 +16,24 @@
 //! P2P sends take part as earlier operations (their completions); their own splits mean little,
 //! since a group's sends run together in one kernel, and the exporter uses the collectives' only.
 //!
+//! Under sampling (overload), an operation timed at rate 2^-k (k > 0) is recorded with its
+//! predecessor, the one enqueued just before it on its communicator (collectives and P2P sends
+//! numbered apart). It gets a service time only when the operation of its kind split just before
+//! it is that predecessor ([`Sample::follows`]) with a known completion; else it is counted
+//! `predecessor_unknown` (the predecessor's record was lost, or the rate fell between the two).
+//! A predecessor recorded only for its completion takes part as an earlier operation, but its
+//! own split is empty (its weight is 0). The latest completion is then the maximum over the
+//! recorded operations only: back to back, the predecessor's completion is the latest (a
+//! communicator's operations serialize on its stream), but an unrecorded operation completing
+//! after it (a P2P send between the pair, a host completion of an earlier operation later than
+//! the predecessor's) is missed.
+//!
 //! Pure; called on the telemetry thread only.
 #![forbid(unsafe_code)]
 
 use super::summary::{OpSample, WindowSummary};
+use crate::record::Sample;
+use crate::record::sample::Role;
 
 /// The operation's own completion is unknown.
 const NO_COMPLETION: &str = "no_completion";
@@ -59,32 +73,37 @@ pub struct Order {
     last_known: bool,
     /// The latest known completion of the operations split so far (seconds).
     horizon: f64,
+    /// Per kind (collectives, P2P sends): the sample of the latest-enqueued operation split so
+    /// far, and whether its completion is known.
+    prev: [Option<(Sample, bool)>; 2],
 }
 
 impl Order {
     /// The splits of `s`'s operations: its collectives' operations group by group, then its
     /// P2P sends', in the summary's order.
     pub fn split(&mut self, s: &WindowSummary) -> Vec<Split> {
-        let ops: Vec<&OpSample> = (s.colls.iter().flat_map(|g| &g.ops))
-            .chain(s.p2ps.iter().flat_map(|g| &g.ops))
-            .collect();
+        let colls = s.colls.iter().flat_map(|g| &g.ops).map(|o| (o, 0));
+        let ops: Vec<(&OpSample, usize)> = colls.chain(s.p2ps.iter().flat_map(|g| &g.ops).map(|o| (o, 1))).collect();
         let mut order: Vec<usize> = (0..ops.len()).collect();
-        order.sort_by(|&a, &b| ops[a].start.total_cmp(&ops[b].start));
+        order.sort_by(|&a, &b| ops[a].0.start.total_cmp(&ops[b].0.start));
         let mut out = vec![Split::default(); ops.len()];
         for i in order {
-            out[i] = self.next(ops[i]);
+            out[i] = self.next(ops[i].0, ops[i].1);
         }
         out
     }
 
-    /// Splits `op`, the next operation in enqueue order.
-    fn next(&mut self, op: &OpSample) -> Split {
+    /// Splits `op`, the next operation in enqueue order, of kind `kind` (0 collective, 1 P2P).
+    fn next(&mut self, op: &OpSample, kind: usize) -> Split {
         let end = op.duration.map(|d| op.start + d);
         let late = self.last.is_some_and(|l| op.start < l);
+        let paired = op.sample.k() == 0
+            || self.prev[kind].is_some_and(|(prev, known)| known && op.sample.follows(prev));
         let split = match end {
+            _ if op.sample.role() == Role::Predecessor => Split::default(),
             None => Split::missing(NO_COMPLETION),
             Some(_) if late => Split::missing(OUT_OF_ORDER),
-            Some(_) if self.last.is_some() && !self.last_known => Split::missing(PREDECESSOR_UNKNOWN),
+            Some(_) if self.last.is_some() && !self.last_known || !paired => Split::missing(PREDECESSOR_UNKNOWN),
             Some(end) => {
                 let free = if self.last.is_some() {
                     op.start.max(self.horizon)
@@ -105,6 +124,7 @@ impl Order {
         if !late {
             self.last = Some(op.start);
             self.last_known = end.is_some();
+            self.prev[kind] = Some((op.sample, end.is_some()));
         }
         split
     }
@@ -125,6 +145,8 @@ mod tests {
             gpu: None,
             transfers: 0,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }
     }
 
@@ -164,6 +186,7 @@ mod tests {
             channels: Vec::new(),
             phases: Default::default(),
             stats: WindowStats::default(),
+            counted: Vec::new(),
         }
     }
 
@@ -214,5 +237,42 @@ mod tests {
         assert_eq!(late[0].missing, Some("out_of_order"));
         let next = order.split(&summary(vec![op(3.0, Some(10.0))], Vec::new()));
         assert_eq!(next[0].service, Some(2.0), "the late one's completion is no later");
+    }
+
+    fn sampled(start: f64, duration: f64, role: Role, ord: u8) -> OpSample {
+        OpSample {
+            sample: Sample::new(3, role, ord),
+            ..op(start, Some(duration))
+        }
+    }
+
+    /// At rate 2^-3: a timed operation is served from its predecessor's completion when that
+    /// predecessor (ord − 1) was split just before it; the predecessor's own split is empty.
+    #[test]
+    fn sampled_operations_are_timed_in_pairs() {
+        let mut order = Order::default();
+        let pair = vec![sampled(0.0, 10.0, Role::Predecessor, 255), sampled(1.0, 15.0, Role::Timed, 0)];
+        let splits = order.split(&summary(pair, Vec::new()));
+        assert_eq!(splits[0], Split::default(), "a predecessor only: nothing exported");
+        assert_eq!((splits[1].service, splits[1].queue), (Some(6.0), Some(9.0)));
+        // A timed operation whose predecessor is not the operation split before it (a gap: its
+        // predecessor's record was lost), and one after it (ord 1 follows 0: paired).
+        let gap = vec![sampled(20.0, 5.0, Role::Timed, 7), sampled(21.0, 6.0, Role::Timed, 8)];
+        let splits = order.split(&summary(gap, Vec::new()));
+        assert_eq!(splits[0].missing, Some("predecessor_unknown"));
+        assert_eq!(splits[1].service, Some(2.0));
+        // A predecessor without a completion pairs with nothing.
+        let open = OpSample {
+            duration: None,
+            ..sampled(30.0, 0.0, Role::Predecessor, 20)
+        };
+        let splits = order.split(&summary(vec![open, sampled(31.0, 4.0, Role::Timed, 21)], Vec::new()));
+        assert_eq!((splits[0], splits[1].missing), (Split::default(), Some("predecessor_unknown")));
+        // A P2P send between the pair (numbered apart) does not break it.
+        let splits = order.split(&summary(
+            vec![sampled(40.0, 2.0, Role::Predecessor, 40), sampled(42.0, 3.0, Role::Timed, 41)],
+            vec![sampled(41.0, 1.0, Role::Timed, 9)],
+        ));
+        assert_eq!(splits[1].service, Some(3.0));
     }
 }

@@ -5,8 +5,9 @@
 #![forbid(unsafe_code)]
 
 use super::queue::Queue;
+use crate::record::counted::Counted;
 use crate::record::handle::CommId;
-use crate::record::{Algo, CommMeta, Datatype, Func, Proto};
+use crate::record::{Algo, CommMeta, Datatype, Func, Proto, Sample};
 
 /// Which window of which communicator a record slice is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +46,12 @@ pub struct OpSample {
     pub transfers: u32,
     /// What it waited for its peers.
     pub waits: Waits,
+    /// How the hot path sampled it: its weight (the operations its times stand for, 0 for a
+    /// predecessor recorded only for its completion) and its place in its communicator's order.
+    pub sample: Sample,
+    /// Some of its ProxyOps were recorded without their steps (detail shed): `transfers` and
+    /// `waits.peer` do not count their transfers.
+    pub bare: bool,
 }
 
 /// How long an operation waited for its peers (the straggler signals).
@@ -152,6 +159,8 @@ pub struct WindowStats {
     /// GPU intervals (KernelCh, KernelPhase) that end before they start, left out: NCCL 2.31.2
     /// can pair a channel's times with another batch's (spec 7.3.5).
     pub invalid_gpu: u64,
+    /// ProxyOps recorded without their steps (detail shed): transfers went unseen.
+    pub bare_ops: u64,
 }
 
 /// Everything one window says, ready for export.
@@ -172,4 +181,24 @@ pub struct WindowSummary {
     pub phases: [Vec<f64>; 3],
     /// Bookkeeping.
     pub stats: WindowStats,
+    /// Operations counted without a record (shed under overload) since the communicator's last
+    /// drain of its count table, by their count-only attributes.
+    pub counted: Vec<Counted>,
+}
+
+impl WindowSummary {
+    /// A summary of no window (`stats.windows` 0) carrying only operations counted without a
+    /// record.
+    pub fn counted_only(comm: CommMeta, counted: Vec<Counted>) -> WindowSummary {
+        WindowSummary {
+            comm,
+            colls: Vec::new(),
+            p2ps: Vec::new(),
+            links: Vec::new(),
+            channels: Vec::new(),
+            phases: Default::default(),
+            stats: WindowStats::default(),
+            counted,
+        }
+    }
 }

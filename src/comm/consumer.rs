@@ -180,6 +180,7 @@ impl Comm {
                 threshold.as_secs_f64()
             );
         }
+        self.drain_counts(&c.meta, &mut summaries);
         summaries
     }
 
@@ -283,6 +284,7 @@ impl Comm {
         let at = self.frontier(c, now, None, true);
         let c = &mut **c;
         summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
+        self.drain_counts(&c.meta, &mut summaries);
         summaries
     }
 
@@ -544,6 +546,20 @@ impl Comm {
         };
         window.reset(n);
         Some(summary)
+    }
+
+    /// Moves the operations counted without a record since the last drain into the first of
+    /// `summaries`, or into a summary of their own when there is none.
+    fn drain_counts(&self, meta: &CommMeta, summaries: &mut Vec<WindowSummary>) {
+        let mut counted = Vec::new();
+        self.counts.drain(&mut counted);
+        if counted.is_empty() {
+            return;
+        }
+        match summaries.first_mut() {
+            Some(s) => s.counted = counted,
+            None => summaries.push(WindowSummary::counted_only(meta.clone(), counted)),
+        }
     }
 
     /// Metadata of the communicator (last registered).

@@ -297,3 +297,28 @@ fn a_window_filled_to_the_trigger_switches_without_the_consumer() {
     assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2 * first as u64);
     assert_eq!(split(comm.route.load(Ordering::Relaxed)).1, 2);
 }
+
+/// Operations counted without a record reach the first summary of the next pass (a summary of
+/// their own when the pass has none), once, and `finalize` drains what is left.
+#[test]
+fn counted_operations_ride_the_next_summaries() {
+    use crate::record::counted::CountKey;
+    let (comm, t0) = live(64);
+    let key = CountKey {
+        func: Func::AllReduce,
+        algo: Algo::Ring,
+        proto: Proto::Simple,
+        class: 20,
+        p2p: false,
+    };
+    comm.counts.add(key, 1 << 20);
+    comm.counts.add(key, 1 << 20);
+    let first = poll(&comm, t0, Duration::ZERO);
+    assert_eq!(first.len(), 1);
+    assert_eq!((first[0].stats.windows, first[0].counted.len()), (0, 1));
+    assert_eq!((first[0].counted[0].ops, first[0].counted[0].bytes), (2, 2 << 20));
+    assert!(poll(&comm, t0, Duration::ZERO).is_empty(), "drained once");
+    comm.counts.add(key, 1);
+    let last = comm.finalize(ID, 1.0).unwrap();
+    assert_eq!(last.iter().map(|s| s.counted.len()).sum::<usize>(), 1);
+}

@@ -1,5 +1,6 @@
 //! The metric catalogue (`docs/metrics.md`, followed exactly here): every instrument's name,
-//! unit, description and histogram bounds, and how a group of operations is recorded into them.
+//! unit, description and histogram bounds (a group of operations is recorded into them by
+//! [`super::weighted`]).
 //! Called on: the telemetry thread (through the pipeline).
 #![forbid(unsafe_code)]
 
@@ -9,10 +10,6 @@ use std::sync::Arc;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{AsyncInstrument, Counter, Histogram, Meter, ObservableGauge};
 use parking_lot::Mutex;
-
-use crate::aggregate::interval::Scale;
-use crate::aggregate::{SERVICE_MISSING, Split};
-use crate::aggregate::{OpSample, Transfer};
 
 /// Histogram bounds for sizes (`By`): powers of two from 1 KiB to 4 GiB.
 pub const SIZE_BOUNDS: [f64; 23] = {
@@ -63,18 +60,18 @@ pub(super) struct OpInstruments {
     pub(super) transfer_size: Histogram<f64>,
     pub(super) transfer_duration: Histogram<f64>,
     /// Collectives only: a group's P2P sends run together (one kernel), not one after the other.
-    served: Option<Served>,
+    pub(super) served: Option<Served>,
 }
 
 /// The split of collectives' latency and the sums that make busBw a ratio of sums.
-struct Served {
-    service: Histogram<f64>,
-    queue: Histogram<f64>,
-    service_time: Counter<f64>,
-    service_bus_bytes: Counter<f64>,
-    kernel_time: Counter<f64>,
-    kernel_bus_bytes: Counter<f64>,
-    missing: Counter<u64>,
+pub(super) struct Served {
+    pub(super) service: Histogram<f64>,
+    pub(super) queue: Histogram<f64>,
+    pub(super) service_time: Counter<f64>,
+    pub(super) service_bus_bytes: Counter<f64>,
+    pub(super) kernel_time: Counter<f64>,
+    pub(super) kernel_bus_bytes: Counter<f64>,
+    pub(super) missing: Counter<u64>,
 }
 
 impl Served {
@@ -214,101 +211,6 @@ impl OpInstruments {
             served: serial.then(|| Served::new(meter, prefix, what)),
         }
     }
-
-    /// Bound once per group: the attribute lookup is paid per call, not per measurement. Only
-    /// instruments that get a value are bound (binding alone creates the series). Records a
-    /// group's operations and transfers, with the bytes and bandwidths `scale` gives them. With
-    /// `split` (collectives: each operation's split, and the attributes of the sums), host
-    /// bandwidths come from the service time, and the summed times and bus bytes and the missing
-    /// service times are counted; else (P2P sends) from the latency.
-    pub(super) fn record(
-        &self,
-        ops: &[OpSample],
-        transfers: &[Transfer],
-        scale: Scale,
-        attrs: &[KeyValue],
-        split: Option<(&[Split], &[KeyValue])>,
-    ) {
-        if !ops.is_empty() {
-            let (bytes, count) = (self.bytes.bind(attrs), self.transfers.bind(attrs));
-            for op in ops {
-                if scale.sized {
-                    bytes.record(op.bytes as f64);
-                }
-                count.record(u64::from(op.transfers));
-            }
-        }
-        if ops.iter().any(|o| o.duration.is_some()) {
-            let duration = self.duration.bind(attrs);
-            ops.iter().filter_map(|o| o.duration).for_each(|d| duration.record(d));
-        }
-        let served = self.served.as_ref().zip(split);
-        if let Some((served, (splits, _))) = served.filter(|(_, (s, _))| s.iter().any(|s| s.service.is_some())) {
-            let (service, queue) = (served.service.bind(attrs), served.queue.bind(attrs));
-            for s in splits {
-                s.service.inspect(|&v| service.record(v));
-                s.queue.inspect(|&v| queue.record(v));
-            }
-        }
-        let none = Split::default();
-        let split_of = |i: usize| split.and_then(|(s, _)| s.get(i)).unwrap_or(&none);
-        let clocks = [
-            (false, &self.algbw, &self.busbw, served.map(|(s, _)| (&s.service_time, &s.service_bus_bytes))),
-            (true, &self.kernel_algbw, &self.kernel_busbw, served.map(|(s, _)| (&s.kernel_time, &s.kernel_bus_bytes))),
-        ];
-        for (gpu, algbw, busbw, sums) in clocks {
-            let time_of = |i: usize, o: &OpSample| match (gpu, split) {
-                (true, _) => o.gpu,
-                (false, Some(_)) => split_of(i).service,
-                (false, None) => o.duration,
-            };
-            if !ops.iter().enumerate().any(|(i, o)| time_of(i, o).is_some()) {
-                continue;
-            }
-            let kernel_duration = gpu.then(|| self.kernel_duration.bind(attrs));
-            let (algbw, busbw) = (algbw.bind(attrs), busbw.bind(attrs));
-            let (mut secs, mut bus, mut summed) = (0.0, 0.0, false);
-            for (op, t) in ops.iter().enumerate().filter_map(|(i, o)| Some((o, time_of(i, o)?))) {
-                kernel_duration.iter().for_each(|h| h.record(t));
-                if let Some((alg, per_op)) = scale.bandwidths(op.bytes, t) {
-                    algbw.record(alg);
-                    per_op.inspect(|&b| busbw.record(b));
-                }
-                if let Some(b) = scale.bus_bytes(op.bytes) {
-                    (secs, bus, summed) = (secs + t, bus + b, true);
-                }
-            }
-            if let (Some((time, bus_bytes)), Some((_, totals)), true) = (sums, split, summed) {
-                time.add(secs, totals);
-                bus_bytes.add(bus, totals);
-            }
-        }
-        if let Some((served, (splits, totals))) = served {
-            for reason in SERVICE_MISSING {
-                let n = splits.iter().filter(|s| s.missing == Some(reason)).count() as u64;
-                if n > 0 {
-                    let mut attrs = totals.to_vec();
-                    attrs.push(KeyValue::new("nccl.reason", reason));
-                    served.missing.add(n, &attrs);
-                }
-            }
-        }
-        if !transfers.is_empty() {
-            let (size, secs) = (self.transfer_size.bind(attrs), self.transfer_duration.bind(attrs));
-            for t in transfers {
-                size.record(t.bytes as f64);
-                secs.record(t.secs);
-            }
-        }
-    }
-
-    /// Measurements [`OpInstruments::record`] makes under the group's attributes (at most).
-    pub(super) fn measurements(ops: &[OpSample], splits: &[Split], transfers: &[Transfer]) -> u64 {
-        let host = ops.iter().map(|o| u64::from(o.duration.is_some())).sum::<u64>();
-        let served = splits.iter().map(|s| 4 * u64::from(s.service.is_some())).sum::<u64>();
-        let gpu = ops.iter().map(|o| 3 * u64::from(o.gpu.is_some())).sum::<u64>();
-        2 * ops.len() as u64 + host + served + gpu + 2 * transfers.len() as u64
-    }
 }
 
 /// The values a [`Fresh`] gauge reports at the next collection, with their attributes.
@@ -379,7 +281,7 @@ pub(super) struct Instruments {
     pub(super) kernel_ch_duty: Fresh<f64>,
 }
 
-fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Counter<u64> {
+pub(super) fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Counter<u64> {
     meter
         .u64_counter(name)
         .with_unit(unit)

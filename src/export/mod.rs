@@ -1,7 +1,8 @@
 //! OTLP export: the metric catalogue ([`catalogue`], `docs/metrics.md` followed exactly), the
 //! cardinality limiter ([`limiter`]), the telemetry thread's [`pipeline`], the export [`queue`],
 //! the exporter thread ([`sender`]), the exported [`resource`], the bounded user-tag attribute
-//! ([`tags`]) and the aggregation of each instrument ([`views`]). The only module that imports
+//! ([`tags`]), the aggregation of each instrument ([`views`]) and the weighted recording of
+//! operations under sampling ([`weighted`]). The only module that imports
 //! `opentelemetry*`; it reaches the rest of the plugin only through `crate::telemetry`'s traits and
 //! plain values, never the communicator registry.
 //!
@@ -27,6 +28,7 @@ pub mod resource;
 pub mod sender;
 pub mod tags;
 pub mod views;
+pub mod weighted;
 
 #[cfg(any(test, feature = "testing"))]
 pub use {

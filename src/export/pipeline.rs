@@ -1,5 +1,6 @@
 //! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
-//! recording of every window summary, the interval's link and channel figures
+//! recording of every window summary (with the weights of sampling and the operations counted
+//! without a record: [`super::weighted`]), the interval's link and channel figures
 //! ([`crate::aggregate::interval`]), the self-telemetry
 //! counters and each communicator's progress ([`progress`]), and one export request per interval
 //! (or flush) handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
@@ -23,6 +24,7 @@ use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
 use super::resource::resource;
 use super::tags::UserTags;
 use super::views::view;
+use super::weighted::{Sampling, counted_attrs};
 use super::{queue, sdk_temporality};
 use crate::aggregate::WindowSummary;
 use crate::aggregate::interval::{CommKey, Interval, Scale, size_class_name};
@@ -71,6 +73,7 @@ pub struct Pipeline {
     _provider: SdkMeterProvider,
     reader: SharedReader,
     inst: Instruments,
+    sampling: Sampling,
     limiter: Limiter,
     interval: Duration,
     next: Instant,
@@ -113,6 +116,7 @@ impl Pipeline {
             _provider: provider,
             reader,
             inst,
+            sampling: Sampling::new(&meter),
             limiter: Limiter {
                 limit: export.cardinality_limit as usize,
                 per_interval: export.temporality == Temporality::Delta,
@@ -229,6 +233,18 @@ impl Pipeline {
                 .record(&g.ops, &g.transfers, Scale::send(s.comm.nranks), &attrs, None);
             self.waits(&base, Func::Send, &g.ops);
         }
+        for c in &s.counted {
+            let (family, attrs) = counted_attrs(&base, c);
+            let attrs = self.attrs_or_overflow(family, attrs, c.ops);
+            let inst = if family == Family::P2p { &self.inst.p2p } else { &self.inst.coll };
+            inst.record_counted(c, s.comm.nranks, &attrs);
+        }
+        if !s.counted.is_empty() {
+            let mut attrs = base.clone();
+            attrs.push(KeyValue::new("nccl.reason", "untimed"));
+            let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
+            self.sampling.shed.add(s.counted.iter().map(|c| c.ops).sum(), &attrs);
+        }
         for l in &s.links {
             let attrs = link_attrs(&CommKey::new(&s.comm, l.rank), Some(l.peer));
             let attrs = self.attrs_or_overflow(Family::Link, attrs, 1);
@@ -272,8 +288,21 @@ impl Pipeline {
             fresh.clear();
         }
         i.link_samples.clear();
+        self.sampling.ratio.clear();
         self.progress.clear();
+        // Steps shed anywhere in the process: no transfer of the interval is known idle.
+        if own.comms.iter().any(|c| c.counts.shed > self.last_drops(c).shed) {
+            self.current.shed();
+        }
         let figures = self.current.close();
+        for (comm, ratio) in figures.sampling {
+            let attrs = link_attrs(&comm, None);
+            if !self.limiter.admit(Family::Profiler, &attrs) {
+                self.overflow(Family::Profiler, 1);
+                continue;
+            }
+            self.sampling.ratio.record(ratio, &attrs);
+        }
         for link in figures.links {
             let attrs = link_attrs(&link.comm, Some(link.peer));
             if !self.limiter.admit(Family::Link, &attrs) {
@@ -363,34 +392,24 @@ impl Pipeline {
         i.windows_dropped.add(e[2], &[]);
         i.export_sent.add(e[3], &[]);
 
-        // A slot's counters restart at 0 when a communicator registers there (a new generation).
         for c in &own.comms {
             let (slot, generation, meta, counts) = (c.slot, c.generation, &c.meta, c.counts);
             if self.seen.drops.len() <= slot {
                 self.seen.drops.resize(slot + 1, None);
             }
             let known = matches!(&self.seen.drops[slot], Some((g, m, _)) if *g == generation && m == meta);
-            let last = match &self.seen.drops[slot] {
-                Some((_, _, last))
-                    if known
-                        && last.full <= counts.full
-                        && last.late <= counts.late
-                        && last.unpublished <= counts.unpublished =>
-                {
-                    *last
-                }
-                _ => DropCounts::default(),
-            };
+            let last = self.last_drops(c);
             let deltas = [
                 ("full", counts.full - last.full),
                 ("late", counts.late - last.late),
                 ("unpublished", counts.unpublished - last.unpublished),
             ];
+            let shed = counts.shed - last.shed;
             self.seen.drops[slot] = Some((generation, meta.clone(), counts));
             self.progress(c);
             // A finalized communicator is reported once more (so even a short-lived one has
             // its series), then only if its counters still move.
-            if known && !c.live && deltas.iter().all(|(_, d)| *d == 0) {
+            if known && !c.live && shed == 0 && deltas.iter().all(|(_, d)| *d == 0) {
                 continue;
             }
             for (reason, delta) in deltas {
@@ -399,8 +418,35 @@ impl Pipeline {
                 let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
                 self.inst.events_dropped.add(delta, &attrs);
             }
+            // Untimed operations are counted as their summaries are recorded.
+            for (reason, delta) in [("detail", shed), ("untimed", 0)] {
+                let mut attrs = comm_attrs(meta);
+                attrs.push(KeyValue::new("nccl.reason", reason));
+                let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
+                self.sampling.shed.add(delta, &attrs);
+            }
         }
         self.end_progress();
+    }
+
+    /// The drop counters of `c`'s communicator last exported; zero for a communicator not seen
+    /// yet in its slot, or whose counters went back (a slot's counters restart at 0 when a
+    /// communicator registers there, a new generation).
+    fn last_drops(&self, c: &telemetry::CommDrops) -> DropCounts {
+        let (counts, seen) = (c.counts, self.seen.drops.get(c.slot).and_then(Option::as_ref));
+        match seen {
+            Some((g, m, last))
+                if *g == c.generation
+                    && *m == c.meta
+                    && last.full <= counts.full
+                    && last.late <= counts.late
+                    && last.unpublished <= counts.unpublished
+                    && last.shed <= counts.shed =>
+            {
+                *last
+            }
+            _ => DropCounts::default(),
+        }
     }
 
     /// Logs export failures since the last interval: WARN when exports start failing, INFO
@@ -497,6 +543,7 @@ mod tests {
     use crate::aggregate::regression::Samples;
     use crate::aggregate::{LinkGroup, WindowStats};
     use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+    use std::collections::BTreeMap;
 
     fn summary(links: Vec<LinkGroup>) -> WindowSummary {
         WindowSummary {
@@ -513,6 +560,7 @@ mod tests {
             links,
             channels: Vec::new(),
             stats: WindowStats::default(),
+            counted: Vec::new(),
         }
     }
 
@@ -538,20 +586,7 @@ mod tests {
         assert_eq!(config.export.temporality, Temporality::Cumulative);
         let now = Instant::now();
         let mut p = Pipeline::new(&config, now).expect("export on");
-        let mut samples = Samples::default();
-        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
-            samples.push(bytes, secs);
-        }
-        let link = LinkGroup {
-            rank: 0,
-            peer: 1,
-            bytes: 7168,
-            transfers: 3,
-            queue: Queue {
-                idle: samples,
-                ..Queue::default()
-            },
-        };
+        let link = fitted_link();
         let own = SelfTelemetry {
             stats: crate::stats::STATS.snapshot(),
             windows_dropped: 0,
@@ -602,5 +637,195 @@ mod tests {
         assert_eq!(gauge_points(&mut p, "nccl.link.latency"), 0);
         assert_eq!(gauge_points(&mut p, "nccl.link.throughput"), 1);
         assert_eq!(gauge_points(&mut p, "nccl.link.latency.missing"), 1, "reason one_size");
+    }
+
+    /// OTLP points of `name` in `rm` (decoded with the official types): attributes, and the
+    /// count (histograms) or value (gauges, sums).
+    fn otlp(rm: &ResourceMetrics, name: &str) -> Vec<(BTreeMap<String, String>, f64, f64)> {
+        use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::{KeyValue as Kv, any_value::Value};
+        use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as N};
+        let attrs = |kvs: &[Kv]| {
+            kvs.iter()
+                .map(|kv| {
+                    let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                        Some(Value::StringValue(s)) => s.clone(),
+                        Some(Value::IntValue(i)) => i.to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    (kv.key.clone(), v)
+                })
+                .collect::<BTreeMap<_, _>>()
+        };
+        let number = |v: &Option<N>| match v {
+            Some(N::AsDouble(d)) => *d,
+            Some(N::AsInt(i)) => *i as f64,
+            None => f64::NAN,
+        };
+        let req = ExportMetricsServiceRequest::from(rm);
+        let mut metrics = req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics);
+        let Some(m) = metrics.rfind(|m| m.name == name) else {
+            return Vec::new();
+        };
+        match &m.data {
+            Some(Data::Histogram(h)) => {
+                let points = h.data_points.iter();
+                points.map(|p| (attrs(&p.attributes), p.count as f64, p.sum.unwrap_or(0.0))).collect()
+            }
+            Some(Data::Gauge(g)) => g.data_points.iter().map(|p| (attrs(&p.attributes), number(&p.value), 0.0)).collect(),
+            Some(Data::Sum(s)) => s.data_points.iter().map(|p| (attrs(&p.attributes), number(&p.value), 0.0)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Under sampling: a timed operation's times count its weight (2^3), a predecessor's only
+    /// its size; operations counted without a record are counted and sized under count-only
+    /// attributes; the ratio and the shed counter say how much was timed.
+    #[test]
+    fn sampled_and_counted_operations_are_weighted_and_counted() {
+        use crate::aggregate::Split;
+        use crate::aggregate::summary::{CollGroup, CollKey, OpSample, Waits};
+        use crate::record::counted::{CountKey, Counted};
+        use crate::record::sample::{Role, Sample};
+        use crate::record::{Algo, Datatype, Proto};
+
+        let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
+        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let op = |start: f64, role, ord| OpSample {
+            bytes: 1 << 20,
+            start,
+            duration: Some(1e-3),
+            gpu: Some(5e-4),
+            transfers: 0,
+            waits: Waits::default(),
+            sample: Sample::new(3, role, ord),
+            bare: true,
+        };
+        let key = |func, class, p2p| CountKey {
+            func,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            class,
+            p2p,
+        };
+        let counted = |key, ops, bytes| Counted { key, ops, bytes };
+        let mut s = summary(Vec::new());
+        s.colls = vec![CollGroup {
+            key: CollKey {
+                datatype: Datatype::Bfloat16,
+                size_class: 20,
+                graph: None,
+                tag: 0,
+                func: Func::AllReduce,
+                algo: Algo::Ring,
+                proto: Proto::Simple,
+            },
+            ops: vec![op(0.0, Role::Predecessor, 4), op(1e-4, Role::Timed, 5)],
+            transfers: Vec::new(),
+        }];
+        s.counted = vec![
+            counted(Some(key(Func::AllReduce, 20, false)), 5, 5 << 20),
+            counted(Some(key(Func::Send, 13, true)), 2, 12 << 10),
+            counted(None, 1, 100),
+        ];
+        let served = Split {
+            service: Some(1e-4),
+            queue: Some(1e-3),
+            missing: None,
+        };
+        // Sizes and transfers once (none for bare ops), times 8 times: 2 + 8 × (1 + 4 + 3).
+        assert_eq!(OpInstruments::measurements(&s.colls[0].ops, &[Split::default(), served], &[]), 66);
+        p.record(&s);
+        let own = SelfTelemetry {
+            stats: crate::stats::STATS.snapshot(),
+            windows_dropped: 0,
+            kernel_ch_duty: None,
+            comms: Vec::new(),
+        };
+        p.end_interval(&own);
+        let mut rm = ResourceMetrics::default();
+        p.reader.collect(&mut rm).expect("collect");
+
+        let one = |name: &str| {
+            let points = otlp(&rm, name);
+            assert_eq!(points.len(), 1, "{name}: {points:?}");
+            (points[0].1, points[0].2)
+        };
+        assert_eq!(one("nccl.coll.duration").0, 8.0, "the timed operation, 8 times");
+        assert_eq!(one("nccl.coll.kernel.duration").0, 8.0);
+        let (service, summed) = (one("nccl.coll.service.duration"), one("nccl.coll.service.time"));
+        assert_eq!(service.0, 8.0);
+        assert!((summed.0 - 8.0 * 1e-4).abs() < 1e-12, "service time × 8: {summed:?}");
+        assert!(otlp(&rm, "nccl.coll.transfers").is_empty(), "steps shed: transfers unknown");
+        let bytes = otlp(&rm, "nccl.coll.bytes");
+        let by = |datatype: &str, func: &str| {
+            let p = bytes.iter().find(|(a, ..)| a["nccl.datatype"] == datatype && a["nccl.func"] == func);
+            p.map(|(a, count, sum)| (a.clone(), *count, *sum)).expect("a bytes series")
+        };
+        assert_eq!(by("ncclBfloat16", "AllReduce").1, 2.0, "recorded operations, predecessor included");
+        let (attrs, count, sum) = by("other", "AllReduce");
+        assert_eq!((count, sum, attrs["nccl.algo"].as_str()), (5.0, f64::from(5 << 20), "RING"));
+        assert_eq!(attrs["nccl.size_class"], "1MiB");
+        assert!(!attrs.contains_key("nccl.user_tag") && !attrs.contains_key("nccl.graph_captured"));
+        let (attrs, count, _) = by("other", "other");
+        assert_eq!(count, 1.0);
+        assert!(["nccl.algo", "nccl.proto", "nccl.size_class"].iter().all(|k| attrs[*k] == "other"));
+        let sends = otlp(&rm, "nccl.p2p.bytes");
+        assert_eq!(sends.len(), 1);
+        let (attrs, count, sum) = &sends[0];
+        assert_eq!((attrs["nccl.peer"].as_str(), *count, *sum), ("other", 2.0, f64::from(12 << 10)));
+        let ratio = one("nccl.sampling.ratio").0;
+        assert!((ratio - 0.1).abs() < 1e-12, "1 timed of 2 recorded and 8 counted: {ratio}");
+        let shed = otlp(&rm, "nccl.profiler.events.shed");
+        assert!(shed.iter().any(|(a, v, _)| a["nccl.reason"] == "untimed" && *v == 8.0), "{shed:?}");
+    }
+
+    /// A link whose three idle transfers of three sizes make a fit.
+    fn fitted_link() -> LinkGroup {
+        let mut idle = Samples::default();
+        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
+            idle.push(bytes, secs);
+        }
+        LinkGroup {
+            rank: 0,
+            peer: 1,
+            bytes: 7168,
+            transfers: 3,
+            queue: Queue {
+                idle,
+                ..Queue::default()
+            },
+        }
+    }
+
+    /// A communicator whose ProxyStep detail was shed since the last interval: no link of the
+    /// interval gets a latency (reason `shed`), the shed counter says how much.
+    #[test]
+    fn shed_detail_anywhere_withholds_link_latency() {
+        let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
+        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let s = summary(vec![fitted_link()]);
+        let own = SelfTelemetry {
+            stats: crate::stats::STATS.snapshot(),
+            windows_dropped: 0,
+            kernel_ch_duty: None,
+            comms: vec![telemetry::CommDrops {
+                slot: 0,
+                generation: 1,
+                meta: s.comm.clone(),
+                counts: DropCounts { shed: 40, ..DropCounts::default() },
+                live: true,
+                progress: Default::default(),
+            }],
+        };
+        p.record(&s);
+        p.end_interval(&own);
+        let mut rm = ResourceMetrics::default();
+        p.reader.collect(&mut rm).expect("collect");
+        assert!(otlp(&rm, "nccl.link.latency").is_empty());
+        let missing = otlp(&rm, "nccl.link.latency.missing");
+        assert!(missing.iter().any(|(a, v, _)| a["nccl.reason"] == "shed" && *v == 1.0), "{missing:?}");
+        let shed = otlp(&rm, "nccl.profiler.events.shed");
+        assert!(shed.iter().any(|(a, v, _)| a["nccl.reason"] == "detail" && *v == 40.0), "{shed:?}");
     }
 }

@@ -32,6 +32,7 @@ impl Pass<'_> {
                 start: self.records[i].ts,
                 bytes,
                 channels: 0,
+                sample: call.sample,
                 p: Progress::default(),
             };
             self.open.hold_api(self.records[i].id, root, &self.at);

@@ -6,6 +6,7 @@ use super::{GroupIx, Here, NONE, Pass, ix};
 use crate::aggregate::open::{GroupKey, Progress, Root};
 use crate::aggregate::queue::Queue;
 use crate::aggregate::summary::{ChannelGroup, CollGroup, LinkGroup, P2pGroup, Transfer};
+use crate::record::Sample;
 
 impl Pass<'_> {
     /// The application's tag of the root `root` (an index into `roots`; `NONE` for an event that
@@ -19,7 +20,7 @@ impl Pass<'_> {
         (here.root.key, here.group) = (key, group);
     }
 
-    pub(super) fn add_root(&mut self, slot: usize, start: u64, key: GroupKey, bytes: u64, channels: u32) {
+    pub(super) fn add_root(&mut self, slot: usize, start: u64, key: GroupKey, bytes: u64, channels: u32, sample: Sample) {
         self.slots[slot].root = ix(self.roots.len());
         let group = self.group(key);
         self.roots.push(Here {
@@ -30,6 +31,7 @@ impl Pass<'_> {
                 start,
                 bytes,
                 channels,
+                sample,
                 p: Progress::default(),
             },
         });

@@ -17,7 +17,8 @@
 //!    pair and channel, and by its root's group when the op has one; on ABI v1–v3, a send op's
 //!    chain of OpBytes marks instead (`op_marks`: each transfer's bytes are a difference of the
 //!    op's running totals, spec 8.7).
-//! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times); `kernel_phases`:
+//! 3. `link`: link ProxyOps and KernelCh to their roots (completion, end times; a bare ProxyOp,
+//!    recorded without its steps under shedding, times its root but gives no transfers); `kernel_phases`:
 //!    the GPU durations of the KernelPhases (v7), by phase. Along the way, each operation's
 //!    waits for its peers ([`waits`]: a first send step's SendPeerWait → SendWait, an initial
 //!    sync).
@@ -337,7 +338,7 @@ impl<'a> Pass<'a> {
             && h.window() == self.window.window
             && h.epoch() == self.epoch
             && start.id == handle
-            && start_kind(&start.body) == Some(h.kind());
+            && start_kind(&start.body) == Some(h.kind().base());
         ours.then_some(slot)
     }
 
@@ -395,7 +396,7 @@ impl<'a> Pass<'a> {
                 match rec.body {
                     Body::Coll(c) => {
                         let (key, bytes) = coll_key(&c, self.nranks);
-                        self.add_root(i, rec.ts, key, bytes, u32::from(c.n_channels));
+                        self.add_root(i, rec.ts, key, bytes, u32::from(c.n_channels), c.sample);
                     }
                     Body::P2p(p) => {
                         let bytes = p.count.saturating_mul(p.datatype.size());
@@ -406,7 +407,7 @@ impl<'a> Pass<'a> {
                             tag: 0,
                             graph: p.graph,
                         };
-                        self.add_root(i, rec.ts, key, bytes, 0);
+                        self.add_root(i, rec.ts, key, bytes, 0, p.sample);
                     }
                     Body::ProxyStep { .. } => self.steps.push(ix(i)),
                     _ => self.children.push(ix(i)),
@@ -491,7 +492,10 @@ impl<'a> Pass<'a> {
                     if op.origin != 0 {
                         self.pxn.push((op.rank, op.origin));
                     }
-                    if op.send {
+                    // Recorded without its steps (detail shed): it times its root, no transfers.
+                    let bare = Handle::decode(self.records[i].id).is_some_and(|h| h.kind() != h.kind().base());
+                    self.stats.bare_ops += u64::from(bare);
+                    if op.send && !bare {
                         let info = OpInfo {
                             rank: op.rank,
                             peer: op.peer,
@@ -507,7 +511,10 @@ impl<'a> Pass<'a> {
                         continue; // a PXN op (or one whose Coll was declined) has no parent
                     }
                     match self.progress(op.parent) {
-                        Some(p) => p.op(stopped.then_some(slot.stop)),
+                        Some(p) => {
+                            p.op(stopped.then_some(slot.stop));
+                            p.bare |= bare;
+                        }
                         None => self.stats.orphans += 1,
                     }
                 }
@@ -606,6 +613,7 @@ impl<'a> Pass<'a> {
             channels: self.channels,
             phases: self.phase_secs,
             stats: self.stats,
+            counted: Vec::new(),
         }
     }
 }

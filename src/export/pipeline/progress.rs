@@ -12,6 +12,7 @@ use opentelemetry::metrics::{Counter, Histogram, Meter};
 
 use super::super::catalogue::{DURATION_BOUNDS, Fresh, gauge, histogram};
 use super::super::limiter::Family;
+use super::super::weighted::record_n;
 use super::{Pipeline, comm_attrs};
 use crate::aggregate::{CommProgress, OpSample};
 use crate::record::Func;
@@ -175,27 +176,32 @@ impl Pipeline {
     /// How long the operations `ops` of function `func` waited for their peers: by peer, and in
     /// their initial sync.
     pub(super) fn waits(&mut self, base: &[KeyValue], func: Func, ops: &[OpSample]) {
-        let mut by_peer: BTreeMap<i32, Vec<f64>> = BTreeMap::new();
-        for (peer, secs) in ops.iter().filter_map(|o| o.waits.peer) {
-            by_peer.entry(peer).or_default().push(secs);
+        // Timed operations only, each its weight times (sampling).
+        let weighted = |o: &OpSample, wait: Option<f64>| wait.map(|w| (w, o.sample.weight())).filter(|(_, n)| *n > 0);
+        let mut by_peer: BTreeMap<i32, Vec<(f64, u32)>> = BTreeMap::new();
+        for o in ops {
+            if let Some((peer, secs)) = o.waits.peer {
+                by_peer.entry(peer).or_default().extend(weighted(o, Some(secs)));
+            }
         }
+        let n = |v: &[(f64, u32)]| v.iter().map(|(_, w)| u64::from(*w)).sum::<u64>();
         let with_func = || {
             let mut attrs = base.to_vec();
             attrs.push(KeyValue::new("nccl.func", func.as_str()));
             attrs
         };
-        for (peer, secs) in by_peer {
+        for (peer, secs) in by_peer.into_iter().filter(|(_, v)| !v.is_empty()) {
             let mut attrs = with_func();
             attrs.push(KeyValue::new("nccl.peer", i64::from(peer)));
-            let attrs = self.attrs_or_overflow(Family::Progress, attrs, secs.len() as u64);
+            let attrs = self.attrs_or_overflow(Family::Progress, attrs, n(&secs));
             let h = self.progress.peer_wait.bind(&attrs);
-            secs.iter().for_each(|&s| h.record(s));
+            secs.iter().for_each(|&(s, w)| record_n(&h, s, w));
         }
-        let sync: Vec<f64> = ops.iter().filter_map(|o| o.waits.sync).collect();
+        let sync: Vec<(f64, u32)> = ops.iter().filter_map(|o| weighted(o, o.waits.sync)).collect();
         if !sync.is_empty() {
-            let attrs = self.attrs_or_overflow(Family::Progress, with_func(), sync.len() as u64);
+            let attrs = self.attrs_or_overflow(Family::Progress, with_func(), n(&sync));
             let h = self.progress.sync_wait.bind(&attrs);
-            sync.iter().for_each(|&s| h.record(s));
+            sync.iter().for_each(|&(s, w)| record_n(&h, s, w));
         }
     }
 

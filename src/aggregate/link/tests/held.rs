@@ -125,6 +125,8 @@ fn step_with_send_wait_but_no_stop_is_unfinished_not_a_transfer() {
             gpu: None,
             transfers: 1,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }]
     );
     assert_eq!(s.colls[0].transfers, vec![t(32, 7)]);

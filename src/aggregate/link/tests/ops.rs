@@ -40,6 +40,8 @@ fn ring_allreduce_on_two_channels() {
                 gpu: None,
                 transfers: 6,
                 waits: Waits::default(),
+                sample: crate::record::Sample::ALL,
+                bare: false,
             }],
             transfers: all.to_vec(),
         }]
@@ -88,6 +90,8 @@ fn p2p_send() {
                 gpu: None,
                 transfers: 2,
                 waits: Waits::default(),
+                sample: crate::record::Sample::ALL,
+                bare: false,
             }],
             transfers: ts.to_vec(),
         }]
@@ -131,6 +135,8 @@ fn child_of_a_parent_in_another_window_is_an_orphan_but_counts_per_link_and_chan
                 gpu: None,
                 transfers: 0,
                 waits: Waits::default(),
+                sample: crate::record::Sample::ALL,
+                bare: false,
             }],
             transfers: vec![],
         }]
@@ -166,6 +172,8 @@ fn op_that_never_stops_leaves_the_collective_without_duration() {
             gpu: None,
             transfers: 2,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }]
     );
     assert_eq!(s.colls[0].transfers, ts.to_vec());
@@ -197,6 +205,8 @@ fn collective_ends_at_its_last_op_stop_of_either_direction() {
             gpu: None,
             transfers: 1,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }]
     );
     // Receive ops make no link or channel figures.
@@ -241,6 +251,8 @@ fn host_and_gpu_time_are_both_kept() {
             gpu: Some(4e-6),
             transfers: 0,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }]
     );
 }
@@ -285,4 +297,39 @@ fn first_steps_and_initial_syncs_tell_how_long_peers_kept_an_operation_waiting()
     let waits = w.sum().colls[0].ops[0].waits;
     assert_eq!(waits.peer, Some((2, 100.0 * SPT)));
     assert_eq!(waits.sync, Some(1.4e-6));
+}
+
+/// Under shedding: ProxyOps recorded bare (no steps) still end their collective, which carries
+/// its sample (weight 2^k, or 0 for a predecessor); no transfer, link or channel comes of them.
+#[test]
+fn bare_ops_time_their_root_and_samples_carry_weights() {
+    use crate::record::sample::{Role, Sample};
+    let mut w = Win::default();
+    let sampled = |role, ord| {
+        let Body::Coll(c) = coll_body(Func::AllReduce, 256, Datatype::Float32) else {
+            unreachable!()
+        };
+        Body::Coll(CollStart {
+            sample: Sample::new(2, role, ord),
+            ..c
+        })
+    };
+    let pred = w.start(100, sampled(Role::Predecessor, 9));
+    let timed = w.start(110, sampled(Role::Timed, 10));
+    w.stop(pred, 111);
+    w.stop(timed, 112);
+    for (root, stop) in [(pred, 200), (timed, 260)] {
+        let id = handle(w.id.window, w.id.epoch, Kind::ProxyOpBare, w.recs.len());
+        w.rec(id, 120, op_body(root, 0, 1, 0));
+        w.stop(id, stop);
+    }
+    let s = w.sum();
+    let ops = &s.colls[0].ops;
+    assert_eq!(ops.len(), 2);
+    assert_eq!(ops[0].duration, Some(100.0 / 1024.0));
+    assert_eq!((ops[0].sample.weight(), ops[1].sample.weight()), (0, 4));
+    assert_eq!((ops[1].sample.ord, ops[1].duration), (10, Some(150.0 / 1024.0)));
+    assert!(ops.iter().all(|o| o.bare && o.transfers == 0));
+    assert!(s.colls[0].transfers.is_empty() && s.links.is_empty() && s.channels.is_empty());
+    assert_eq!((s.stats.bare_ops, s.stats.unfinished), (2, 0));
 }

@@ -33,6 +33,8 @@ fn collective_with_kernel_channels_only_gets_gpu_time_only() {
                 gpu: None,
                 transfers: 0,
                 waits: Waits::default(),
+                sample: crate::record::Sample::ALL,
+                bare: false,
             },
             OpSample {
                 bytes: 8,
@@ -41,6 +43,8 @@ fn collective_with_kernel_channels_only_gets_gpu_time_only() {
                 gpu: Some(4e-6),
                 transfers: 0,
                 waits: Waits::default(),
+                sample: crate::record::Sample::ALL,
+                bare: false,
             },
         ]
     );
@@ -63,6 +67,8 @@ fn intra_node_collective_has_no_duration() {
             gpu: None,
             transfers: 0,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }]
     );
     assert_eq!(s.stats, stats(2, 0, 0));
@@ -99,6 +105,8 @@ fn fillers_are_ignored() {
             gpu: None,
             transfers: 1,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }]
     );
     assert_eq!(b.stats, stats(7, 0, 0));
@@ -146,6 +154,8 @@ fn stray_and_foreign_records_are_ignored() {
             gpu: None,
             transfers: 0,
             waits: Waits::default(),
+            sample: crate::record::Sample::ALL,
+            bare: false,
         }]
     );
     assert!(s.links.is_empty() && s.channels.is_empty());
@@ -180,6 +190,8 @@ fn links_do_not_depend_on_slot_order() {
                 gpu: None,
                 transfers: 1,
                 waits: Waits::default(),
+                sample: crate::record::Sample::ALL,
+                bare: false,
             }],
             transfers: vec![t(100, 10)],
         }]

@@ -172,6 +172,8 @@ fn api_calls_nothing_claims_are_collectives_of_their_own() {
         gpu: None,
         transfers: 0,
         waits: Waits::default(),
+        sample: crate::record::Sample::ALL,
+        bare: false,
     };
     // The two Colls (no proxy ops: no time), and the call no Coll claimed.
     assert_eq!(
