@@ -18,7 +18,8 @@
 //! Then overload (a third child, file exporter): the consumer throttled to [`THROTTLE_NS`] per
 //! record (`comm::set_throttle`), the in-flight driver of `tests/overload` (4 communicators, one
 //! thread each, collectives with 4 in flight per communicator); the ceiling in collectives/s is
-//! found by a short ladder with every window at level 0, then 1×, 3× and 10× it run for
+//! the throttled consumer's records/s over the records a collective leaves at level 0, and 1×,
+//! 3× and 10× it run for
 //! [`LOAD`] each: the share of operations timed, the weighted timed mean's error against the
 //! driver's mean over all operations, the shed levels seen, the peak resident memory per
 //! communicator and the telemetry thread's CPU seconds per 1,000 collectives, with each figure's
@@ -57,9 +58,6 @@ const PER_COLL: u64 = 2 + CHANNELS as u64 * (2 + 3 + STEPS as u64 * (4 + 2));
 
 /// The overload part's consumer throttle, nanoseconds per record.
 const THROTTLE_NS: u64 = 2_000;
-/// Its ladder, collectives/s of the whole process, and the time per rung.
-const OVERLOAD_LADDER: [f64; 10] = [100.0, 200.0, 300.0, 400.0, 600.0, 800.0, 1000.0, 1200.0, 1600.0, 2000.0];
-const OVERLOAD_RUNG: Duration = Duration::from_millis(300);
 /// Time per load, and the communicators (one thread each).
 const LOAD: Duration = Duration::from_secs(2);
 const OVERLOAD_COMMS: usize = 4;
@@ -154,29 +152,30 @@ fn overload() {
     let plugin = Plugin::in_process();
     // Keeps the telemetry thread and NCCL's logger between the loads' communicators.
     let (keeper, _) = plugin.init(Some("keeper"), 0xB1_0000, 2, 16, 7);
+    // The records a collective leaves at level 0 (a short, slow, unthrottled run) give the
+    // ceiling: the throttled consumer's records/s over them.
+    let comms = overload_comms(&plugin, 0xB2_0000);
+    let shape = drive::run(
+        &plugin,
+        &comms[..1],
+        1,
+        drive::Load::paced(200.0, Duration::from_millis(100)),
+    );
+    comms.iter().for_each(|c| plugin.finalize(c.context));
+    let records: u64 = capture
+        .0
+        .lock()
+        .expect("capture")
+        .iter()
+        .filter(|w| w.comm.hash == 0xB2_0000)
+        .map(|w| w.stats.records)
+        .sum();
+    let per_coll = records as f64 / shape[0].issued.max(1) as f64;
+    let ceiling = 1e9 / THROTTLE_NS as f64 / per_coll;
     comm::set_throttle(THROTTLE_NS);
-    contract::force_level(Some(0));
-    let mut ceiling = 0.0;
-    for (i, &rate) in OVERLOAD_LADDER.iter().enumerate() {
-        let before = drops();
-        let comms = overload_comms(&plugin, 0xB2_0000 + 0x100 * i as u64);
-        let tallies = drive::run(
-            &plugin,
-            &comms,
-            OVERLOAD_COMMS,
-            drive::Load::paced(rate / OVERLOAD_COMMS as f64, OVERLOAD_RUNG),
-        );
-        std::thread::sleep(PAUSE);
-        let dropped = drops() - before;
-        comms.iter().for_each(|c| plugin.finalize(c.context));
-        let achieved = tallies.iter().map(|t| t.issued).sum::<u64>() as f64 / OVERLOAD_RUNG.as_secs_f64();
-        if dropped > 0 || achieved < 0.9 * rate {
-            break;
-        }
-        ceiling = rate;
-    }
-    contract::force_level(None);
-    println!("overload: consumer throttled to {THROTTLE_NS} ns a record; drop-free ceiling {ceiling:.0} collectives/s");
+    println!(
+        "overload: consumer throttled to {THROTTLE_NS} ns a record, {per_coll:.0} records a collective: ceiling {ceiling:.0} collectives/s"
+    );
     let mut rows: Vec<(f64, Row)> = Vec::new();
     for (i, factor) in [1.0, 3.0, 10.0].into_iter().enumerate() {
         let row = overload_load(&plugin, &capture, 0xB3_0000 + 0x100 * i as u64, factor * ceiling);
@@ -225,7 +224,8 @@ fn overload_load(p: &Plugin, capture: &Capture, base: u64, rate: f64) -> Row {
         let comms = &comms;
         let run = s.spawn(move || drive::run(p, comms, OVERLOAD_COMMS, load));
         while !run.is_finished() {
-            let seen = comm::all().filter(|c| c.is_live()).map(comm::Comm::shed_level);
+            let ours = |c: &&comm::Comm| c.is_live() && (base..base + OVERLOAD_COMMS as u64).contains(&c.meta().hash);
+            let seen = comm::all().filter(ours).map(comm::Comm::shed_level);
             levels = seen.fold(levels, |(lo, hi), l| (lo.min(l), hi.max(l)));
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -204,6 +204,7 @@ impl Comm {
         let signals = Signals {
             drops: c.shed.drops_since(d.full + d.late + d.unpublished),
             processed: summaries.iter().map(|s| s.stats.records).sum(),
+            windows: summaries.iter().map(|s| s.stats.windows).sum(),
             backlog: (0..WINDOWS)
                 .filter(|&i| matches!(self.windows[i].state(), WindowState::Closing | WindowState::Processing))
                 .count(),

@@ -8,7 +8,9 @@
 //! more than [`BUDGET`] bytes: from 0 to [`DETAIL`] first, then by `max(1, ⌈log2 pressure⌉)`
 //! levels, pressure being how much more was offered than can be kept. Lowered by one level after
 //! a calm stretch of one interval (a step down doubles the records, so it is taken slowly), and
-//! raised again at most every [`HOLD`], the time a raise needs to show in the windows.
+//! raised again only once a raise can show: [`HOLD`] later and after the windows filled at the
+//! old level were processed ([`RAISE_AFTER`]), so that a backlog at the old level does not drive
+//! the level to the top.
 #![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
@@ -30,6 +32,9 @@ const BUSY_LOW: f64 = 0.35;
 const BACKLOG_HIGH: usize = 2;
 /// Least time between two raises.
 pub const HOLD: Duration = Duration::from_millis(50);
+/// Windows processed after a raise before the next one: those filled at the old level (the
+/// current one and up to two closing).
+const RAISE_AFTER: u64 = 3;
 
 /// The sampling exponent `k` of a level (0 at levels 0 and 1).
 pub fn k_of(level: u8) -> u8 {
@@ -43,6 +48,8 @@ pub struct Signals {
     pub drops: u64,
     /// Records the consumer processed since the last observation.
     pub processed: u64,
+    /// Windows it processed since the last observation.
+    pub windows: u64,
     /// Windows closed and not yet processed.
     pub backlog: usize,
     /// Fraction of recent wall time the telemetry thread spent working (0–1).
@@ -92,8 +99,9 @@ pub struct Controller {
     level: u8,
     /// Calm time so far.
     calm: Duration,
-    /// Time since the last raise (saturating).
+    /// Time since the last raise (saturating), and windows processed since.
     since_raise: Duration,
+    windows_since_raise: u64,
     /// Signals gathered since the last raise: drops and processed records add up, the rest is
     /// the worst seen.
     pending: Signals,
@@ -125,6 +133,8 @@ impl Controller {
     /// Takes in what the consumer observed, raising or lowering the level.
     pub fn observe(&mut self, s: Signals) {
         self.since_raise = self.since_raise.saturating_add(s.elapsed);
+        self.windows_since_raise = self.windows_since_raise.saturating_add(s.windows);
+        let settled = self.since_raise >= HOLD && self.windows_since_raise >= RAISE_AFTER;
         let p = &mut self.pending;
         p.drops += s.drops;
         p.processed += s.processed;
@@ -133,7 +143,7 @@ impl Controller {
         p.buffered = p.buffered.max(s.buffered);
         self.calm = if s.calm() { self.calm.saturating_add(s.elapsed) } else { Duration::ZERO };
         if let Some(pressure) = s.pressure() {
-            if self.since_raise >= HOLD || self.level == 0 {
+            if settled || self.level == 0 {
                 let pressure = self.pending.pressure().unwrap_or(pressure);
                 self.level = if self.level == 0 {
                     DETAIL
@@ -141,10 +151,10 @@ impl Controller {
                     let steps = pressure.log2().ceil().clamp(1.0, f64::from(MAX_LEVEL)) as u8;
                     self.level.saturating_add(steps).min(MAX_LEVEL)
                 };
-                self.since_raise = Duration::ZERO;
+                (self.since_raise, self.windows_since_raise) = (Duration::ZERO, 0);
                 self.pending = Signals::default();
             }
-        } else if self.since_raise >= HOLD {
+        } else if settled {
             self.pending = Signals::default();
         }
         if self.level > 0 && self.calm >= s.interval.max(HOLD) {
@@ -164,6 +174,7 @@ mod tests {
     fn quiet() -> Signals {
         Signals {
             processed: 1000,
+            windows: 1,
             busy: 0.1,
             buffered: 1 << 20,
             elapsed: TICK,
@@ -177,6 +188,7 @@ mod tests {
         let mut c = Controller {
             level: from,
             since_raise: HOLD,
+            windows_since_raise: RAISE_AFTER,
             ..Controller::default()
         };
         (0..ticks).for_each(|_| c.observe(s));
@@ -232,6 +244,16 @@ mod tests {
         assert_eq!(after(0, s, ticks), 1);
         assert_eq!(after(0, s, ticks + 1), 2);
         assert_eq!(after(0, s, 2 * ticks + 1), 3);
+        // Nor before the windows of the old level were processed.
+        let slow = Signals { windows: 0, ..s };
+        assert_eq!(after(0, slow, 3 * ticks), 1);
+        let mut c = Controller::default();
+        c.observe(slow);
+        (0..ticks).for_each(|_| c.observe(slow));
+        (0..RAISE_AFTER - 1).for_each(|_| c.observe(Signals { windows: 1, ..s }));
+        assert_eq!(c.level(), 1, "{} windows processed", RAISE_AFTER - 1);
+        c.observe(Signals { windows: 1, ..s });
+        assert_eq!(c.level(), 2);
     }
 
     #[test]
