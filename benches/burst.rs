@@ -234,7 +234,7 @@ fn overload_load(p: &Plugin, capture: &Capture, base: u64, rate: f64) -> Row {
     std::thread::sleep(PAUSE);
     comms.iter().for_each(|c| p.finalize(c.context));
     let cpu = thread_cpu("nccl-otel-tele") - cpu;
-    let resident = peak_rss().saturating_sub(idle) as f64 / OVERLOAD_COMMS as f64 / (1 << 20) as f64;
+    let resident = drive::peak_rss().saturating_sub(idle) as f64 / OVERLOAD_COMMS as f64 / (1 << 20) as f64;
     let (mut timed, mut weight, mut weighted, mut counted) = (0u64, 0.0, 0.0, 0);
     let hashes = base..base + OVERLOAD_COMMS as u64;
     for w in capture
@@ -263,16 +263,6 @@ fn overload_load(p: &Plugin, capture: &Capture, base: u64, rate: f64) -> Row {
         resident,
         cpu: cpu / colls.max(1) as f64 * 1000.0,
     }
-}
-
-/// Peak resident memory (VmHWM), bytes.
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// CPU seconds (user + system) of the threads whose name starts with `name`.

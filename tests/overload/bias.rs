@@ -7,7 +7,7 @@ use nccl_profiler_otel::comm;
 
 use crate::drive::{self, Load, Tally};
 use crate::support::emulator::{Plugin, logger};
-use crate::{Calibration, Capture, Seen, THREADS, comms, contract, setup, skip};
+use crate::{Calibration, Capture, Seen, THREADS, begin, comms, contract};
 
 /// How long each load runs.
 const RUN: Duration = Duration::from_millis(1000);
@@ -72,11 +72,7 @@ fn check(name: &str, runs: &[(Tally, Seen)], timed_share: Option<f64>) {
 
 #[test]
 fn counted_timed_unbiased_at_3x_and_10x() {
-    if skip() {
-        return;
-    }
-    let (_serial, capture) = setup();
-    let p = Plugin::in_process();
+    let Some((_serial, capture, p)) = begin() else { return };
     // Keeps NCCL's logger with the plugin while the others come and go.
     let keeper = comms(&p, 0x0E00_0000, 1);
     let cal = Calibration::get(&p, capture);
@@ -109,11 +105,7 @@ fn counted_timed_unbiased_at_3x_and_10x() {
 /// through the same sequence of collectives: the second times a subset of what the first times.
 #[test]
 fn ranks_at_adjacent_levels_keep_nested_samples() {
-    if skip() {
-        return;
-    }
-    let (_serial, capture) = setup();
-    let p = Plugin::in_process();
+    let Some((_serial, capture, p)) = begin() else { return };
     let load = Load {
         unique_sizes: true,
         ..Load::paced(2000.0, Duration::from_millis(300))
@@ -156,11 +148,7 @@ fn ranks_at_adjacent_levels_keep_nested_samples() {
 /// and the sample.
 #[test]
 fn graph_replays_are_counted_and_sampled_by_count() {
-    if skip() {
-        return;
-    }
-    let (_serial, capture) = setup();
-    let p = Plugin::in_process();
+    let Some((_serial, capture, p)) = begin() else { return };
     contract::force_level(Some(1 + 2));
     let load = Load {
         frozen_seq: true,
@@ -192,11 +180,7 @@ fn graph_replays_are_counted_and_sampled_by_count() {
 /// ProxyCtrl too, and the mask the plugin sets is ignored), so the plugin must shed on its own.
 #[test]
 fn an_overwritten_mask_still_sheds() {
-    if skip() {
-        return;
-    }
-    let (_serial, capture) = setup();
-    let p = Plugin::in_process();
+    let Some((_serial, capture, p)) = begin() else { return };
     let cal = Calibration::get(&p, capture);
     cal.throttle();
     let cs = comms(&p, 0x0E80_0000, 2);

@@ -7,6 +7,7 @@
 //! SendGPUWait, SendWait, stop) and a receive ProxyOp (start, InProgress, [`STEPS`] steps: start,
 //! RecvGPUWait, stop), a spin proportional to its size, the op stops, then the Coll stop. Truth:
 //! the driver's `Instant` just before the Coll start call and just before its last op stop call.
+//! Also the process's peak memory, which the memory tests and the burst bench read.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -17,6 +18,8 @@ use crate::support::emulator::{Comm, H, Plugin, descr, pid, spin, ty};
 pub const CHANNELS: u8 = 8;
 /// Steps of each ProxyOp.
 pub const STEPS: i32 = 8;
+/// Function, algorithm, protocol and datatype of every collective.
+const COLL: (&str, &str, &str, &str) = ("AllReduce", "RING", "SIMPLE", "ncclFloat32");
 /// Collectives of a communicator started ahead of the one being worked on.
 pub const IN_FLIGHT: usize = 4;
 
@@ -114,13 +117,14 @@ fn drive(p: &Plugin, comms: &[(usize, Comm)], load: Load, seed: u64) -> Vec<(usi
         };
         let seq = if load.frozen_seq { 0 } else { index };
         let t0 = Instant::now();
+        let (func, algo, proto, dtype) = COLL;
         let coll = p.coll(
             c,
             H::NULL,
-            "AllReduce",
-            "RING",
-            "SIMPLE",
-            "ncclFloat32",
+            func,
+            algo,
+            proto,
+            dtype,
             (bytes / 4) as usize,
             CHANNELS,
             seq,
@@ -182,4 +186,15 @@ fn work(p: &Plugin, c: &Comm, o: Open, proxy_ctrl: bool, tally: &mut Tally) {
     p.stop(o.coll);
     let end = last.expect("at least one channel");
     tally.truth.push((o.bytes, end.duration_since(o.start).as_secs_f64()));
+}
+
+/// The process's peak resident memory (VmHWM), bytes; writing `5` to `/proc/self/clear_refs`
+/// resets it to the current resident memory.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }

@@ -115,6 +115,16 @@ pub fn setup() -> (MutexGuard<'static, ()>, &'static Arc<Capture>) {
     (serial.lock().unwrap_or_else(|e| e.into_inner()), capture)
 }
 
+/// A test's start: `None` under a sanitizer (skipped), else the lock of [`setup`], the capture and
+/// the plugin linked into the test.
+pub fn begin() -> Option<(MutexGuard<'static, ()>, &'static Arc<Capture>, Plugin)> {
+    if skip() {
+        return None;
+    }
+    let (serial, capture) = setup();
+    Some((serial, capture, Plugin::in_process()))
+}
+
 /// Whether to skip: under a sanitizer the rates mean nothing.
 pub fn skip() -> bool {
     let skip = std::env::var_os("SANITIZER").is_some();

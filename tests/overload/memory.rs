@@ -87,16 +87,6 @@ fn sixty_four_communicators() {
     bounds(64);
 }
 
-/// Peak resident memory (VmHWM), bytes.
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// The child: communicators driven at 10× the ceiling (or, disabled, at the enabled child's
 /// rate) from [`THREADS`] threads; prints `peak=` (VmHWM from just before the burst to the end) `idle=`
 /// (resident a few intervals after) and `rate=` (collectives/s per thread).
@@ -137,7 +127,7 @@ fn memory_child() {
     std::thread::sleep(3 * crate::INTERVAL);
     comm::set_throttle(0);
     std::thread::sleep(3 * crate::INTERVAL);
-    let (peak, idle) = (peak_rss(), emulator::rss());
+    let (peak, idle) = (drive::peak_rss(), emulator::rss());
     println!("peak={peak} idle={idle} rate={rate}");
     cs.iter().for_each(|c| p.finalize(c.context));
 }
