@@ -203,8 +203,8 @@ fn not_taken(c: &comm::Comm) -> u64 {
 impl Episode {
     /// Starts or ends the episode from the communicators' levels at `now`, logging each edge.
     fn follow(episode: &mut Option<Episode>, now: Instant) {
-        let levels: Vec<u8> = comm::all().filter(|c| c.is_live()).map(comm::Comm::shed_level).collect();
-        let (shedding, top) = (levels.iter().filter(|&&l| l > 0).count(), levels.iter().copied().max().unwrap_or(0));
+        let levels = comm::all().filter(|c| c.is_live()).map(comm::Comm::shed_level);
+        let (shedding, top) = levels.fold((0, 0), |(n, top), l| (n + usize::from(l > 0), top.max(l)));
         match episode {
             None if shedding > 0 => {
                 let k = k_of(top);
@@ -268,5 +268,25 @@ fn self_telemetry() -> SelfTelemetry {
         windows_dropped: inbox::windows_dropped(),
         kernel_ch_duty: activation::duty(),
         comms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_is_the_busy_share_of_the_last_whole_span() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut load = Load::new(t0);
+        load.worked(t0, t0 + ms(30));
+        assert_eq!(load.busy(), 0.0, "no whole span yet");
+        load.worked(t0 + ms(60), t0 + ms(100));
+        assert!((load.busy() - 0.7).abs() < 1e-9, "{}", load.busy());
+        load.worked(t0 + ms(150), t0 + ms(200));
+        assert!((load.busy() - 0.5).abs() < 1e-9, "{}", load.busy());
+        load.worked(t0 + ms(200), t0 + ms(500));
+        assert_eq!(load.busy(), 1.0, "a pass longer than the span");
     }
 }
