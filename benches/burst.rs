@@ -14,15 +14,35 @@
 //! Each rung also reports the process's resident memory after it, above what it was with the
 //! communicators idle, per communicator: what a sustained burst keeps resident (windows, the
 //! tables of open operations, the export pipeline's share).
+//!
+//! Then overload (a third child, file exporter): the consumer throttled to [`THROTTLE_NS`] per
+//! record (`comm::set_throttle`), the in-flight driver of `tests/overload` (4 communicators, one
+//! thread each, collectives with 4 in flight per communicator); the ceiling in collectives/s is
+//! the throttled consumer's records/s over the records a collective leaves at level 0, and 1×,
+//! 3× and 10× it run for
+//! [`LOAD`] each: the share of operations timed, the weighted timed mean's error against the
+//! driver's mean over all operations, the shed levels seen, the peak resident memory per
+//! communicator and the telemetry thread's CPU seconds per 1,000 collectives, with each figure's
+//! ratio to the 1× row.
 
-#[path = "../tests/support/emulator/mod.rs"]
-mod emulator;
+#[path = "../tests/support"]
+mod support {
+    pub mod emulator;
+}
+// The bench asserts nothing: the flag of what is asserted is not read.
+#[allow(dead_code)]
+#[path = "../tests/overload/contract.rs"]
+mod contract;
+#[path = "../tests/overload/drive.rs"]
+mod drive;
 
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use emulator::{Comm, H, Plugin, pid, ty};
+use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::{comm, telemetry};
+use support::emulator::{self, Comm, H, Plugin, pid, ty};
 
 /// Rungs of the ladder, million callbacks per second.
 const LADDER: [f64; 13] = [1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 28.0, 32.0];
@@ -36,7 +56,17 @@ const STEPS: i32 = 8;
 /// Callbacks per collective (see the module docs).
 const PER_COLL: u64 = 2 + CHANNELS as u64 * (2 + 3 + STEPS as u64 * (4 + 2));
 
+/// The overload part's consumer throttle, nanoseconds per record.
+const THROTTLE_NS: u64 = 2_000;
+/// Time per load, and the communicators (one thread each).
+const LOAD: Duration = Duration::from_secs(2);
+const OVERLOAD_COMMS: usize = 4;
+
 fn main() {
+    if std::env::var_os("BURST_OVERLOAD").is_some() {
+        overload();
+        return;
+    }
     if let Ok(exporter) = std::env::var("BURST_EXPORTER") {
         child(&exporter);
         return;
@@ -75,6 +105,187 @@ fn main() {
         ceilings[0],
         ceilings[1] / ceilings[0]
     );
+    let out = Command::new(std::env::current_exe().expect("current exe"))
+        .env("BURST_OVERLOAD", "1")
+        .output()
+        .expect("run the overload child");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "overload child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every window summary, for the overload part.
+#[derive(Default)]
+struct Capture(Mutex<Vec<WindowSummary>>);
+
+impl telemetry::Sink for Capture {
+    fn window(&self, summary: &WindowSummary) {
+        self.0.lock().expect("capture").push(summary.clone());
+    }
+}
+
+/// One load's figures.
+#[derive(Clone, Copy, Debug, Default)]
+struct Row {
+    colls: u64,
+    /// Operations counted (recorded or not).
+    counted: u64,
+    timed: f64,
+    error: f64,
+    levels: (u8, u8),
+    resident: f64,
+    cpu: f64,
+}
+
+/// The overload part, in this (child) process.
+fn overload() {
+    // SAFETY: before any other thread exists and before the plugin reads its configuration.
+    unsafe {
+        std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "file");
+        std::env::set_var("NCCL_PROFILER_OTEL_EXPORT_FILE", "/dev/null");
+    }
+    let capture = Arc::new(Capture::default());
+    telemetry::add_sink(capture.clone());
+    let plugin = Plugin::in_process();
+    // Keeps the telemetry thread and NCCL's logger between the loads' communicators.
+    let (keeper, _) = plugin.init(Some("keeper"), 0xB1_0000, 2, 16, 7);
+    // The records a collective leaves at level 0 (a short, slow, unthrottled run) give the
+    // ceiling: the throttled consumer's records/s over them.
+    let comms = overload_comms(&plugin, 0xB2_0000);
+    let shape = drive::run(
+        &plugin,
+        &comms[..1],
+        1,
+        drive::Load::paced(200.0, Duration::from_millis(100)),
+    );
+    comms.iter().for_each(|c| plugin.finalize(c.context));
+    let records: u64 = capture
+        .0
+        .lock()
+        .expect("capture")
+        .iter()
+        .filter(|w| w.comm.hash == 0xB2_0000)
+        .map(|w| w.stats.records)
+        .sum();
+    let per_coll = records as f64 / shape[0].issued.max(1) as f64;
+    let ceiling = 1e9 / THROTTLE_NS as f64 / per_coll;
+    comm::set_throttle(THROTTLE_NS);
+    println!(
+        "overload: consumer throttled to {THROTTLE_NS} ns a record, {per_coll:.0} records a collective: ceiling {ceiling:.0} collectives/s"
+    );
+    let mut rows: Vec<(f64, Row)> = Vec::new();
+    for (i, factor) in [1.0, 3.0, 10.0].into_iter().enumerate() {
+        let row = overload_load(&plugin, &capture, 0xB3_0000 + 0x100 * i as u64, factor * ceiling);
+        rows.push((factor, row));
+    }
+    let base = rows[0].1;
+    println!(
+        "  load  collectives  counted  timed          mean error  levels  MiB/comm       telemetry CPU s/1,000 colls"
+    );
+    for (factor, r) in &rows {
+        println!(
+            "  {factor:3.0}×  {:11}  {:7}  {:5.1} % ({:4.2})  {:+6.1} %    {}–{}    {:5.2} ({:4.2})   {:.4} ({:4.2})",
+            r.colls,
+            r.counted,
+            100.0 * r.timed,
+            r.timed / base.timed,
+            100.0 * r.error,
+            r.levels.0,
+            r.levels.1,
+            r.resident,
+            r.resident / base.resident,
+            r.cpu,
+            r.cpu / base.cpu
+        );
+    }
+    comm::set_throttle(0);
+    plugin.finalize(keeper.context);
+}
+
+fn overload_comms(p: &Plugin, base: u64) -> Vec<Comm> {
+    (0..OVERLOAD_COMMS)
+        .map(|i| p.init(Some("overload"), base + i as u64, 2, 16, 7).0)
+        .collect()
+}
+
+/// One load: fresh communicators at `rate` collectives/s for [`LOAD`], their windows processed.
+fn overload_load(p: &Plugin, capture: &Capture, base: u64, rate: f64) -> Row {
+    let comms = overload_comms(p, base);
+    let idle = emulator::rss();
+    let cpu = thread_cpu("nccl-otel-tele");
+    // Resets the peak resident memory (VmHWM) to the current one.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let mut levels = (u8::MAX, 0);
+    let tallies = std::thread::scope(|s| {
+        let load = drive::Load::paced(rate / OVERLOAD_COMMS as f64, LOAD);
+        let comms = &comms;
+        let run = s.spawn(move || drive::run(p, comms, OVERLOAD_COMMS, load));
+        while !run.is_finished() {
+            let ours = |c: &&comm::Comm| c.is_live() && (base..base + OVERLOAD_COMMS as u64).contains(&c.meta().hash);
+            let seen = comm::all().filter(ours).map(comm::Comm::shed_level);
+            levels = seen.fold(levels, |(lo, hi), l| (lo.min(l), hi.max(l)));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        run.join().expect("drivers")
+    });
+    std::thread::sleep(PAUSE);
+    comms.iter().for_each(|c| p.finalize(c.context));
+    let cpu = thread_cpu("nccl-otel-tele") - cpu;
+    let resident = drive::peak_rss().saturating_sub(idle) as f64 / OVERLOAD_COMMS as f64 / (1 << 20) as f64;
+    let (mut timed, mut weight, mut weighted, mut counted) = (0u64, 0.0, 0.0, 0);
+    let hashes = base..base + OVERLOAD_COMMS as u64;
+    for w in capture
+        .0
+        .lock()
+        .expect("capture")
+        .iter()
+        .filter(|w| hashes.contains(&w.comm.hash))
+    {
+        counted += contract::counted_ops(w) + w.colls.iter().map(|g| g.ops.len() as u64).sum::<u64>();
+        for o in w.colls.iter().flat_map(|g| &g.ops) {
+            let w = f64::from(contract::weight(o));
+            if let (Some(d), true) = (o.duration, w > 0.0) {
+                (timed, weight, weighted) = (timed + 1, weight + w, weighted + w * d);
+            }
+        }
+    }
+    let colls: u64 = tallies.iter().map(|t| t.issued).sum();
+    let truth = tallies.iter().map(|t| t.mean() * t.issued as f64).sum::<f64>() / colls.max(1) as f64;
+    Row {
+        colls,
+        counted,
+        timed: timed as f64 / colls.max(1) as f64,
+        error: weighted / weight.max(f64::MIN_POSITIVE) / truth - 1.0,
+        levels,
+        resident,
+        cpu: cpu / colls.max(1) as f64 * 1000.0,
+    }
+}
+
+/// CPU seconds (user + system) of the threads whose name starts with `name`.
+fn thread_cpu(name: &str) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut ticks = 0u64;
+    for t in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim().starts_with(name) {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace()
+                .collect();
+            ticks += [11, 12]
+                .iter()
+                .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    ticks as f64 / hz
 }
 
 /// One exporter's ladder, in this (child) process.

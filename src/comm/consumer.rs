@@ -7,15 +7,17 @@
 //! NCCL's init thread (`reset`, from `register`).
 #![forbid(unsafe_code)]
 
+#[cfg(any(test, feature = "testing"))]
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::shed::Controller;
+use super::shed::{Controller, SLOT_BYTES, Signals};
 use super::{Comm, LIVE, LOST, Locked, NONE, SETTLE, WINDOWS, route, split};
 use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::lifetime::Life;
 use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
-use crate::buffer::window::WindowState;
+use crate::buffer::window::{Window, WindowState};
 use crate::config::Config;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES};
 use crate::record::{Body, CommMeta, Record};
@@ -23,6 +25,17 @@ use crate::record::{Body, CommMeta, Record};
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
 /// published it; the record is then counted as unpublished and the window drains later.
 const PUBLISH_WAIT: Duration = Duration::from_millis(10);
+
+/// Test seam: nanoseconds `process` sleeps per record read ([`set_throttle`]).
+#[cfg(any(test, feature = "testing"))]
+static THROTTLE: AtomicU64 = AtomicU64::new(0);
+
+/// Makes every consumer sleep `ns_per_record` nanoseconds per record of each window it processes
+/// (0: not at all), so that tests and benches can offer many times what the consumer takes.
+#[cfg(any(test, feature = "testing"))]
+pub fn set_throttle(ns_per_record: u64) {
+    THROTTLE.store(ns_per_record, Ordering::Relaxed);
+}
 
 /// Consumer-side bookkeeping of one window.
 #[derive(Clone)]
@@ -132,6 +145,13 @@ impl Comm {
     /// grace period (one interval) ran out, oldest first, and releases the operations of the
     /// table of open operations that are due. Called on: the telemetry thread.
     pub fn poll(&self, now: Instant, secs_per_tick: f64) -> Vec<WindowSummary> {
+        self.poll_loaded(now, secs_per_tick, 0.0)
+    }
+
+    /// [`Comm::poll`], then the shed level of the windows armed next, from what the pass saw and
+    /// `busy`, the fraction of recent time the telemetry thread spent working.
+    /// Called on: the telemetry thread.
+    pub fn poll_loaded(&self, now: Instant, secs_per_tick: f64, busy: f64) -> Vec<WindowSummary> {
         let mut c = self.windows.lock();
         for (i, w) in c.windows().into_iter().enumerate() {
             if w.state() == WindowState::Processing {
@@ -180,8 +200,36 @@ impl Comm {
                 threshold.as_secs_f64()
             );
         }
+        let d = self.drop_counts();
+        let signals = Signals {
+            drops: c.shed.drops_since(d.full + d.late + d.unpublished),
+            processed: summaries.iter().map(|s| s.stats.records).sum(),
+            windows: summaries.iter().map(|s| s.stats.windows).sum(),
+            backlog: (0..WINDOWS)
+                .filter(|&i| matches!(self.windows[i].state(), WindowState::Closing | WindowState::Processing))
+                .count(),
+            busy,
+            buffered: self.buffered(),
+            elapsed: c.shed.elapsed_since(now),
+            interval: c.interval,
+        };
+        c.shed.observe(signals);
         self.drain_counts(&c.meta, &mut summaries);
         summaries
+    }
+
+    /// Bytes of the records claimed in the FILLING and CLOSING windows.
+    fn buffered(&self) -> u64 {
+        let windows = self.windows.iter().filter(|w| matches!(w.state(), WindowState::Filling | WindowState::Closing));
+        // Capped: a window sealed meanwhile counts as full.
+        let lane = |w: &Window, l: usize| w.lane_claimed(l).min(u64::from(w.capacity())) * SLOT_BYTES[l];
+        windows.map(|w| (0..LANES).map(|l| lane(w, l)).sum::<u64>()).sum()
+    }
+
+    /// The shed level the controller wants for the windows armed next. Called on: the telemetry
+    /// thread.
+    pub fn shed_level(&self) -> u8 {
+        self.windows.lock().shed.level()
     }
 
     /// ABI v1–v3, whose `init` tells neither: takes the communicator's hash and our rank from
@@ -539,6 +587,8 @@ impl Comm {
             lost_children: lost,
         };
         let summary = summarize(sealed, &c.meta, secs_per_tick, &mut c.open, at);
+        #[cfg(any(test, feature = "testing"))]
+        throttle(n);
         // A slot still unpublished keeps the window draining; `poll` resets it later.
         c.tracks[i] = Track {
             scanned: n,
@@ -567,5 +617,15 @@ impl Comm {
         let mut c = self.windows.lock();
         self.learn_identity(&mut c);
         c.meta.clone()
+    }
+}
+
+/// Sleeps [`THROTTLE`] nanoseconds per record of a window of `n` records per lane.
+#[cfg(any(test, feature = "testing"))]
+fn throttle(n: [u32; LANES]) {
+    let ns = THROTTLE.load(Ordering::Relaxed);
+    if ns > 0 {
+        let records: u64 = n.iter().map(|&k| u64::from(k)).sum();
+        std::thread::sleep(Duration::from_nanos(records.saturating_mul(ns)));
     }
 }

@@ -37,6 +37,8 @@ mod tests;
 #[cfg(test)]
 pub(crate) use registry::TESTS;
 #[cfg(any(test, feature = "testing"))]
+pub use consumer::set_throttle;
+#[cfg(any(test, feature = "testing"))]
 pub use registry::get;
 pub use registry::{all, find_by_hash_tag, get_context, get_slot, register};
 

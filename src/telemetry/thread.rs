@@ -4,7 +4,9 @@
 //! [`Pipeline`]. While no communicator is live it is parked (no wake-ups: cores pinned for
 //! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush, once one
 //! interval's export made after the last communicator went has gone through (the final totals
-//! reach the collector; while it fails, every interval tries again).
+//! reach the collector; while it fails, every interval tries again). It measures the share of
+//! time it works (a shed level input, [`Load`]) and logs one INFO line when communicators start
+//! shedding records and one when all stopped ([`Episode`]).
 //! Called on: NCCL's init thread ([`start`]); any thread (`passes`, a test seam).
 #![forbid(unsafe_code)]
 
@@ -16,6 +18,8 @@ use std::time::{Duration, Instant, SystemTime};
 use super::inbox;
 use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, process, sink};
 use crate::aggregate::WindowSummary;
+use crate::comm::shed::k_of;
+use crate::config::Config;
 use crate::stats::STATS;
 use crate::{activation, clock, comm};
 
@@ -62,6 +66,8 @@ fn run(build: Option<BuildPipeline>) {
     // The latest interval export since no communicator was live (its number), and whether one
     // went through.
     let (mut idle_export, mut exported) = (None, false);
+    let mut load = Load::new(Instant::now());
+    let mut episode: Option<Episode> = None;
     loop {
         let live = comm::all().any(comm::Comm::is_live);
         if live {
@@ -78,11 +84,13 @@ fn run(build: Option<BuildPipeline>) {
         #[cfg(any(test, feature = "testing"))]
         PASSES.fetch_add(1, Ordering::Relaxed);
         let mut seq = None;
+        let started = Instant::now();
         let pass = catch_unwind(AssertUnwindSafe(|| {
             let now = Instant::now();
             activation::tick(SystemTime::now());
             let mut own;
-            (busy, own) = poll_all(now);
+            (busy, own) = poll_all(now, load.busy());
+            Episode::follow(&mut episode, now);
             // Takes what other threads left in the inbox, then `own`, into the pipeline, which
             // exports with `flush` or at the end of an interval.
             let mut record = |own: Vec<WindowSummary>, flush: bool| {
@@ -109,6 +117,7 @@ fn run(build: Option<BuildPipeline>) {
         if pass.is_err() {
             STATS.panics.incr();
         }
+        load.worked(started, Instant::now());
         match request {
             Some(r) => flush::serve(r, seq),
             // The latest interval export counts (an earlier one may have failed).
@@ -123,11 +132,11 @@ fn run(build: Option<BuildPipeline>) {
 /// Processing a full window takes milliseconds: after each communicator that processed one,
 /// every communicator's window is closed if due, so that a fast one does not fill its window's
 /// headroom meanwhile.
-fn poll_all(now: Instant) -> (bool, Vec<WindowSummary>) {
+fn poll_all(now: Instant, load: f64) -> (bool, Vec<WindowSummary>) {
     let secs_per_tick = clock::secs_per_tick();
     let (mut busy, mut all) = (false, Vec::new());
     for comm in comm::all() {
-        let summaries = comm.poll(now, secs_per_tick);
+        let summaries = comm.poll_loaded(now, secs_per_tick, load);
         if summaries.iter().any(|s| s.stats.records > 0) {
             let now = Instant::now();
             comm::all().for_each(|c| c.rotate(now));
@@ -137,6 +146,102 @@ fn poll_all(now: Instant) -> (bool, Vec<WindowSummary>) {
         busy |= comm.busy();
     }
     (busy, all)
+}
+
+/// How long the thread's busy fraction is measured over.
+const LOAD_SPAN: Duration = Duration::from_millis(100);
+
+/// The fraction of wall time the thread spends in its passes, over the last whole [`LOAD_SPAN`].
+struct Load {
+    since: Instant,
+    work: Duration,
+    last: f64,
+}
+
+impl Load {
+    fn new(now: Instant) -> Load {
+        Load {
+            since: now,
+            work: Duration::ZERO,
+            last: 0.0,
+        }
+    }
+
+    /// The busy fraction of the last whole span (0 before one ended).
+    fn busy(&self) -> f64 {
+        self.last
+    }
+
+    /// Counts a pass from `start` to `end`; a span that ended closes.
+    fn worked(&mut self, start: Instant, end: Instant) {
+        self.work += end.saturating_duration_since(start);
+        let span = end.saturating_duration_since(self.since);
+        if span >= LOAD_SPAN {
+            self.last = (self.work.as_secs_f64() / span.as_secs_f64()).min(1.0);
+            (self.since, self.work) = (end, Duration::ZERO);
+        }
+    }
+}
+
+/// A shedding episode: from the first communicator whose controller wants a level above 0 to a
+/// whole interval with every communicator at 0. Process-wide: one INFO line at each end.
+struct Episode {
+    start: Instant,
+    /// Since when every communicator is back at 0.
+    calm_since: Option<Instant>,
+    /// Per communicator slot, its generation and records not taken (drops for lack of room and
+    /// ProxyStep detail shed) when the episode started.
+    not_taken: Vec<(u16, u64)>,
+}
+
+/// Records a communicator did not take (its counters since its `init`).
+fn not_taken(c: &comm::Comm) -> u64 {
+    let d = c.drop_counts();
+    d.full + d.shed
+}
+
+impl Episode {
+    /// Starts or ends the episode from the communicators' levels at `now`, logging each edge.
+    fn follow(episode: &mut Option<Episode>, now: Instant) {
+        let levels = comm::all().filter(|c| c.is_live()).map(comm::Comm::shed_level);
+        let (shedding, top) = levels.fold((0, 0), |(n, top), l| (n + usize::from(l > 0), top.max(l)));
+        match episode {
+            None if shedding > 0 => {
+                let k = k_of(top);
+                let timed = if k > 0 { format!(", 1 in {} operations timed", 1u64 << k) } else { String::new() };
+                tracing::info!(
+                    "overload: shedding records on {shedding} communicator(s) (highest level {top}: ProxyStep detail \
+                     off{timed}); every operation is still counted"
+                );
+                let not_taken = comm::all().map(|c| (c.generation(), not_taken(c))).collect();
+                *episode = Some(Episode {
+                    start: now,
+                    calm_since: None,
+                    not_taken,
+                });
+            }
+            Some(e) if shedding > 0 => e.calm_since = None,
+            Some(e) => {
+                let calm = *e.calm_since.get_or_insert(now);
+                if now.saturating_duration_since(calm) >= Config::global().interval {
+                    let records: u64 = comm::all()
+                        .enumerate()
+                        .map(|(slot, c)| match e.not_taken.get(slot) {
+                            Some(&(generation, at)) if generation == c.generation() => not_taken(c).saturating_sub(at),
+                            _ => not_taken(c),
+                        })
+                        .sum();
+                    let secs = now.saturating_duration_since(e.start).as_secs_f64();
+                    tracing::info!(
+                        "overload over after {secs:.1} s: {records} records not taken (ProxyStep detail and \
+                         records without room); every operation was counted"
+                    );
+                    *episode = None;
+                }
+            }
+            None => {}
+        }
+    }
 }
 
 /// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A
@@ -163,5 +268,25 @@ fn self_telemetry() -> SelfTelemetry {
         windows_dropped: inbox::windows_dropped(),
         kernel_ch_duty: activation::duty(),
         comms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_is_the_busy_share_of_the_last_whole_span() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut load = Load::new(t0);
+        load.worked(t0, t0 + ms(30));
+        assert_eq!(load.busy(), 0.0, "no whole span yet");
+        load.worked(t0 + ms(60), t0 + ms(100));
+        assert!((load.busy() - 0.7).abs() < 1e-9, "{}", load.busy());
+        load.worked(t0 + ms(150), t0 + ms(200));
+        assert!((load.busy() - 0.5).abs() < 1e-9, "{}", load.busy());
+        load.worked(t0 + ms(200), t0 + ms(500));
+        assert_eq!(load.busy(), 1.0, "a pass longer than the span");
     }
 }
