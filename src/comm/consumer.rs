@@ -7,6 +7,7 @@
 //! NCCL's init thread (`reset`, from `register`).
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -14,8 +15,9 @@ use super::shed::Controller;
 use super::{Comm, LIVE, LOST, Locked, NONE, SETTLE, WINDOWS, route, split};
 use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::lifetime::Life;
-use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release, summarize};
-use crate::buffer::window::WindowState;
+use crate::aggregate::link::{self, summarize_in};
+use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release};
+use crate::buffer::window::{WindowState, keep_within};
 use crate::config::Config;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES};
 use crate::record::{Body, CommMeta, Record};
@@ -23,6 +25,31 @@ use crate::record::{Body, CommMeta, Record};
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
 /// published it; the record is then counted as unpublished and the window drains later.
 const PUBLISH_WAIT: Duration = Duration::from_millis(10);
+
+/// What reading a sealed window takes on the heap (its records, then the link pass's per-slot
+/// scratch), kept by the thread that processes windows from one window to the next.
+#[derive(Default)]
+struct Scratch {
+    records: Vec<Record>,
+    link: link::Scratch,
+}
+
+impl Scratch {
+    /// Gives back the capacity past `records` records (what a window bigger than usual left).
+    fn cap(&mut self, records: usize) {
+        self.records.clear();
+        self.records.shrink_to(records);
+        self.link.cap(records);
+    }
+}
+
+thread_local! {
+    /// The telemetry thread's scratch (a thread running `finalize` empties its own after).
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
+/// Windows' worth of records (at the count trigger) a thread's [`Scratch`] keeps allocated.
+const SCRATCH_WINDOWS: usize = 2;
 
 /// Consumer-side bookkeeping of one window.
 #[derive(Clone)]
@@ -56,6 +83,10 @@ pub(super) struct Consumer {
     hang: Duration,
     /// The shed level of the windows it arms.
     shed: Controller,
+    /// The last poll that found a claim in the current window or a window not yet processed.
+    active: Instant,
+    /// What the communicator holds was given back since ([`Comm::release_idle`]).
+    released: bool,
 }
 
 impl Consumer {
@@ -76,6 +107,8 @@ impl Consumer {
             next_seq: 1,
             hang: config.hang_threshold,
             shed: Controller::default(),
+            active: Instant::now(),
+            released: false,
         }
     }
 
@@ -89,6 +122,8 @@ impl Consumer {
         self.next_seq = 1;
         self.hang = config.hang_threshold;
         self.shed = Controller::default();
+        self.active = Instant::now();
+        self.released = false;
         self.meta = meta;
     }
 }
@@ -135,7 +170,7 @@ impl Comm {
         let mut c = self.windows.lock();
         for (i, w) in c.windows().into_iter().enumerate() {
             if w.state() == WindowState::Processing {
-                w.reset(c.tracks[i].scanned);
+                w.reset(self.keep(c.tracks[i].scanned));
             }
         }
         if self.state.load(Ordering::Acquire) & LIVE == 0 {
@@ -161,6 +196,7 @@ impl Comm {
                 (done || age >= grace).then(|| self.process(&mut c, i, secs_per_tick, now))?
             })
             .collect();
+        summaries.extend(self.release_idle(&mut c, secs_per_tick, now));
         if summaries.is_empty() {
             let at = self.frontier(&c, now, None, false);
             let c = &mut *c;
@@ -283,7 +319,76 @@ impl Comm {
         let at = self.frontier(c, now, None, true);
         let c = &mut **c;
         summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
+        SCRATCH.with_borrow_mut(|s| s.cap(0));
         summaries
+    }
+
+    /// Whether the communicator is not live, or idle with what it held given back.
+    /// Called on: the telemetry thread.
+    pub fn is_idle(&self) -> bool {
+        !self.is_live() || self.windows.lock().released
+    }
+
+    /// Per lane, the slots whose pages a window processed with `claimed` keeps for its next
+    /// cycle: about the count trigger's worth in all.
+    fn keep(&self, claimed: [u32; LANES]) -> [u32; LANES] {
+        keep_within(claimed, u32::try_from(self.count_trigger).unwrap_or(u32::MAX))
+    }
+
+    /// Once the current window has claimed nothing and every other window was processed for an
+    /// interval, gives back what the communicator holds, once per idle spell: the pages of every
+    /// READY window and of the armed standby (disarmed first: after the route names no standby
+    /// no producer can switch to it, and no child goes to a window without a claim), then, by a
+    /// switch to such a released window (as a trigger makes), the pages the current window kept
+    /// from its last cycle, and the spare capacity of the table of open operations. Returns the
+    /// summary of the old current window if a producer raced the switch into it.
+    fn release_idle(&self, c: &mut Locked<'_>, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
+        let cur = c.current;
+        let settled = (0..WINDOWS)
+            .all(|i| i == cur || matches!(self.windows[i].state(), WindowState::Ready | WindowState::Filling));
+        if self.current_window() != cur || self.windows[cur].claimed() > 0 || !settled {
+            (c.active, c.released) = (now, false);
+            return None;
+        }
+        if c.released || now.saturating_duration_since(c.active) < c.interval {
+            return None;
+        }
+        c.released = true;
+        // AcqRel: a producer's switch either happened before (the exchange fails) or finds no standby.
+        let seen = self.route.load(Ordering::Acquire);
+        let standby = usize::from(split(seen).1);
+        if standby < WINDOWS
+            && self
+                .route
+                .compare_exchange(seen, route(cur as u8, NONE), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let w = c.windows()[standby];
+            if w.seal().is_some() {
+                w.reset([0; LANES]);
+            }
+        }
+        c.windows().iter().for_each(|w| w.release());
+        c.open.shrink();
+        self.arm(c);
+        if !self.switch_to_standby(cur as u8) {
+            return None;
+        }
+        self.notice(c, now);
+        let old = c.windows()[cur];
+        // Still FILLING: it held no claim when `notice` looked; one racing the seal is read.
+        let raced = match old.state() {
+            WindowState::Filling => match old.seal()? {
+                [0, 0, 0] => {
+                    old.reset([0; LANES]);
+                    None
+                }
+                n => Some(self.read(c, cur, n, secs_per_tick, now)),
+            },
+            _ => None,
+        };
+        self.arm(c);
+        raced
     }
 
     /// Stops profiling communicator `id` without processing its windows (after a caught panic);
@@ -486,18 +591,43 @@ impl Comm {
     /// summarises them (linking through, and releasing from, the table of open operations at
     /// `now`) and recycles the window once every claimed slot is published.
     fn process(&self, c: &mut Locked<'_>, i: usize, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
+        let n = c.windows()[i].seal()?;
+        Some(self.read(c, i, n, secs_per_tick, now))
+    }
+
+    /// [`Comm::process`] of window `i`, sealed with `n` slots claimed per lane, with this thread's
+    /// scratch (capped after).
+    fn read(&self, c: &mut Locked<'_>, i: usize, n: [u32; LANES], secs_per_tick: f64, now: Instant) -> WindowSummary {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let summary = self.read_into(scratch, c, i, n, secs_per_tick, now);
+            let trigger = usize::try_from(self.count_trigger).unwrap_or(usize::MAX);
+            scratch.cap(trigger.saturating_mul(SCRATCH_WINDOWS));
+            summary
+        })
+    }
+
+    fn read_into(
+        &self,
+        scratch: &mut Scratch,
+        c: &mut Locked<'_>,
+        i: usize,
+        n: [u32; LANES],
+        secs_per_tick: f64,
+        now: Instant,
+    ) -> WindowSummary {
         let (c, windows) = c.split();
         self.learn_identity(c);
         let (window, id) = (windows[i], self.window_id(i));
         let forced = c.tracks[i].open > 0;
-        let n = window.seal()?;
         let deadline = Instant::now() + PUBLISH_WAIT;
         let filler = Record {
             id: 0,
             ts: 0,
             body: Body::Stop,
         };
-        let mut records: Vec<Record> = Vec::with_capacity(n.iter().map(|&k| k as usize).sum());
+        let records = &mut scratch.records;
+        records.clear();
+        records.reserve(n.iter().map(|&k| k as usize).sum());
         let mut start = [0; LANES];
         for (lane, &claimed) in n.iter().enumerate() {
             start[lane] = records.len() as u32;
@@ -530,20 +660,20 @@ impl Comm {
         let at = self.frontier(c, now, Some(i), false);
         let lost = self.lost[i].swap(0, Ordering::Relaxed) == LOST | (id.epoch & EPOCH_MASK);
         let sealed = Sealed {
-            records: &records,
+            records,
             lanes,
             id,
             forced,
             lost_children: lost,
         };
-        let summary = summarize(sealed, &c.meta, secs_per_tick, &mut c.open, at);
+        let summary = summarize_in(&mut scratch.link, sealed, &c.meta, secs_per_tick, &mut c.open, at);
         // A slot still unpublished keeps the window draining; `poll` resets it later.
         c.tracks[i] = Track {
             scanned: n,
             ..Track::new(Instant::now())
         };
-        window.reset(n);
-        Some(summary)
+        window.reset(self.keep(n));
+        summary
     }
 
     /// Metadata of the communicator (last registered).
@@ -551,5 +681,50 @@ impl Comm {
         let mut c = self.windows.lock();
         self.learn_identity(&mut c);
         c.meta.clone()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::record::handle::CommId;
+
+    #[test]
+    fn scratch_gives_back_what_a_big_window_left() {
+        let filler = Record {
+            id: 0,
+            ts: 0,
+            body: Body::Stop,
+        };
+        let records = vec![filler; 10_000];
+        let sealed = Sealed {
+            records: &records,
+            lanes: Lanes::single(records.len()),
+            id: WindowId {
+                comm: CommId { slot: 0, generation: 1 },
+                window: 0,
+                epoch: 1,
+            },
+            forced: false,
+            lost_children: false,
+        };
+        let at = Frontier {
+            now: Instant::now(),
+            filling: 1,
+            settled: 1,
+            flush: false,
+            lost_held: false,
+            drops: 0,
+        };
+        let mut s = Scratch::default();
+        s.records.extend_from_slice(&records);
+        let meta = Consumer::new(&Config::default()).meta;
+        summarize_in(&mut s.link, sealed, &meta, 1.0, &mut OpenOps::default(), at);
+        assert!(s.link.capacity() >= records.len());
+        s.cap(100);
+        assert!(s.records.capacity() < records.len() && s.link.capacity() < records.len());
+        s.cap(0);
+        assert_eq!((s.records.capacity(), s.link.capacity()), (0, 0));
     }
 }

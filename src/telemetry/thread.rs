@@ -62,6 +62,7 @@ fn run(build: Option<BuildPipeline>) {
     // The latest interval export since no communicator was live (its number), and whether one
     // went through.
     let (mut idle_export, mut exported) = (None, false);
+    let mut trimmed = false;
     loop {
         let live = comm::all().any(comm::Comm::is_live);
         if live {
@@ -83,6 +84,7 @@ fn run(build: Option<BuildPipeline>) {
             activation::tick(SystemTime::now());
             let mut own;
             (busy, own) = poll_all(now);
+            trim_when_idle(&mut trimmed);
             // Takes what other threads left in the inbox, then `own`, into the pipeline, which
             // exports with `flush` or at the end of an interval.
             let mut record = |own: Vec<WindowSummary>, flush: bool| {
@@ -137,6 +139,16 @@ fn poll_all(now: Instant) -> (bool, Vec<WindowSummary>) {
         busy |= comm.busy();
     }
     (busy, all)
+}
+
+/// Gives the heap's free memory back to the kernel once every communicator is idle
+/// ([`comm::Comm::is_idle`]): once per idle spell, after the pass that made the last one idle.
+fn trim_when_idle(trimmed: &mut bool) {
+    let idle = comm::all().all(comm::Comm::is_idle);
+    if idle && !*trimmed {
+        crate::buffer::heap::trim();
+    }
+    *trimmed = idle;
 }
 
 /// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A
