@@ -323,6 +323,12 @@ impl Comm {
         summaries
     }
 
+    /// Frees the scratch this thread reads windows into (every communicator is idle).
+    /// Called on: the telemetry thread.
+    pub fn release_scratch() {
+        SCRATCH.with_borrow_mut(|s| s.cap(0));
+    }
+
     /// Whether the communicator is not live, or idle with what it held given back.
     /// Called on: the telemetry thread.
     pub fn is_idle(&self) -> bool {
@@ -337,58 +343,66 @@ impl Comm {
 
     /// Once the current window has claimed nothing and every other window was processed for an
     /// interval, gives back what the communicator holds, once per idle spell: the pages of every
-    /// READY window and of the armed standby (disarmed first: after the route names no standby
-    /// no producer can switch to it, and no child goes to a window without a claim), then, by a
+    /// window but the current one (the standby disarmed first: once the route names no standby no
+    /// producer can switch to it, and no child goes to a window without a claim), then, by a
     /// switch to such a released window (as a trigger makes), the pages the current window kept
     /// from its last cycle, and the spare capacity of the table of open operations. Returns the
-    /// summary of the old current window if a producer raced the switch into it.
-    fn release_idle(&self, c: &mut Locked<'_>, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
+    /// the summary of a window a producer raced this into.
+    fn release_idle(&self, c: &mut Locked<'_>, secs_per_tick: f64, now: Instant) -> Vec<WindowSummary> {
         let cur = c.current;
         let settled = (0..WINDOWS)
             .all(|i| i == cur || matches!(self.windows[i].state(), WindowState::Ready | WindowState::Filling));
         if self.current_window() != cur || self.windows[cur].claimed() > 0 || !settled {
             (c.active, c.released) = (now, false);
-            return None;
+            return Vec::new();
         }
         if c.released || now.saturating_duration_since(c.active) < c.interval {
-            return None;
+            return Vec::new();
         }
-        c.released = true;
-        // AcqRel: a producer's switch either happened before (the exchange fails) or finds no standby.
         let seen = self.route.load(Ordering::Acquire);
-        let standby = usize::from(split(seen).1);
-        if standby < WINDOWS
+        // AcqRel: a producer's switch either came first (the exchange fails: not idle after all)
+        // or finds no standby.
+        if split(seen).1 != NONE
             && self
                 .route
                 .compare_exchange(seen, route(cur as u8, NONE), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+                .is_err()
         {
-            let w = c.windows()[standby];
-            if w.seal().is_some() {
-                w.reset([0; LANES]);
-            }
+            return Vec::new();
         }
+        c.released = true;
+        // The standby, or an orphan of a race: opened, unclaimed.
+        let mut raced: Vec<WindowSummary> = (0..WINDOWS)
+            .filter(|&i| i != cur)
+            .filter_map(|i| self.retire(c, i, secs_per_tick, now))
+            .collect();
         c.windows().iter().for_each(|w| w.release());
         c.open.shrink();
         self.arm(c);
-        if !self.switch_to_standby(cur as u8) {
+        if self.switch_to_standby(cur as u8) {
+            self.notice(c, now);
+            raced.extend(self.retire(c, cur, secs_per_tick, now));
+            self.arm(c);
+        }
+        raced
+    }
+
+    /// Seals window `i` if it is FILLING and not current (after the caller made sure no producer
+    /// switches to it): READY with every page released when nothing was claimed, else read as any
+    /// window (a producer raced the seal), its summary returned.
+    fn retire(&self, c: &mut Locked<'_>, i: usize, secs_per_tick: f64, now: Instant) -> Option<WindowSummary> {
+        let w = c.windows()[i];
+        if w.state() != WindowState::Filling {
             return None;
         }
-        self.notice(c, now);
-        let old = c.windows()[cur];
-        // Still FILLING: it held no claim when `notice` looked; one racing the seal is read.
-        let raced = match old.state() {
-            WindowState::Filling => match old.seal()? {
-                [0, 0, 0] => {
-                    old.reset([0; LANES]);
-                    None
-                }
-                n => Some(self.read(c, cur, n, secs_per_tick, now)),
-            },
-            _ => None,
-        };
-        self.arm(c);
-        raced
+        let n = w.seal()?;
+        if n == [0; LANES] {
+            if w.reset([0; LANES]) {
+                w.release();
+            }
+            return None;
+        }
+        Some(self.read(c, i, n, secs_per_tick, now))
     }
 
     /// Stops profiling communicator `id` without processing its windows (after a caught panic);

@@ -146,6 +146,7 @@ fn poll_all(now: Instant) -> (bool, Vec<WindowSummary>) {
 fn trim_when_idle(trimmed: &mut bool) {
     let idle = comm::all().all(comm::Comm::is_idle);
     if idle && !*trimmed {
+        comm::Comm::release_scratch();
         crate::buffer::heap::trim();
     }
     *trimmed = idle;
