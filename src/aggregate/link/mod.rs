@@ -59,20 +59,10 @@ pub struct Sealed<'a> {
     pub lost_children: bool,
 }
 
-/// Links and summarises the records of one sealed window. `secs_per_tick` converts record
-/// timestamps to seconds. Finished operations go into `open` and come out, with whatever was due
-/// there `at`, in this or a later summary.
-///
-/// Called on: the telemetry thread (or `finalize`).
+/// [`summarize_in`] with a scratch of its own (tests and benches).
 #[cfg(any(test, feature = "testing"))]
-pub fn summarize(
-    window: Sealed<'_>,
-    meta: &CommMeta,
-    secs_per_tick: f64,
-    open: &mut OpenOps,
-    at: Frontier,
-) -> WindowSummary {
-    summarize_in(&mut Scratch::default(), window, meta, secs_per_tick, open, at)
+pub fn summarize(window: Sealed<'_>, meta: &CommMeta, spt: f64, open: &mut OpenOps, at: Frontier) -> WindowSummary {
+    summarize_in(&mut Scratch::default(), window, meta, spt, open, at)
 }
 
 /// Per-slot scratch of [`summarize_in`], kept by its caller from one window to the next so that
@@ -96,7 +86,12 @@ impl Scratch {
     }
 }
 
-/// [`summarize`] with the per-slot scratch of `scratch` (left allocated for the next window).
+/// Links and summarises the records of one sealed window, with the per-slot scratch of `scratch`
+/// (left allocated for the next window). `secs_per_tick` converts record timestamps to seconds.
+/// Finished operations go into `open` and come out, with whatever was due there `at`, in this or a
+/// later summary.
+///
+/// Called on: the telemetry thread (or `finalize`).
 pub fn summarize_in(
     scratch: &mut Scratch,
     window: Sealed<'_>,
