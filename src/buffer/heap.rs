@@ -1,6 +1,7 @@
 //! Giving the allocator's free memory back to the kernel. glibc keeps freed heap memory (and,
 //! once its dynamic mmap threshold has risen, large freed blocks) resident for reuse; the
-//! telemetry thread calls [`trim`] once its communicators went idle, never on the hot path.
+//! telemetry thread calls [`trim`] once every communicator went idle. Not part of the hot path:
+//! it takes the allocator's locks. Here because the telemetry module admits no `unsafe`.
 //! Called on: the telemetry thread.
 
 /// Returns the free memory of every malloc arena to the kernel (glibc; nothing elsewhere).
