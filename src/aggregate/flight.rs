@@ -236,6 +236,15 @@ impl Flight {
         }
     }
 
+    /// Gives back the capacity its tables grew to beyond what they hold.
+    pub fn shrink(&mut self) {
+        self.roots.shrink_to_fit();
+        self.ops.shrink_to_fit();
+        self.steps.shrink_to_fit();
+        self.recv_steps.shrink_to_fit();
+        self.kernels.shrink_to_fit();
+    }
+
     /// Reads one published record (fillers included: ignored).
     pub fn see(&mut self, r: &Record, now: Instant) {
         let id = r.id;

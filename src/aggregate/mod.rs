@@ -24,7 +24,9 @@ pub mod summary;
 #[cfg(any(test, feature = "testing"))]
 pub use crate::record::CommMeta;
 pub use flight::CommProgress;
-pub use link::{Lanes, Sealed, release, summarize};
+#[cfg(any(test, feature = "testing"))]
+pub use link::summarize;
+pub use link::{Lanes, Sealed, release};
 pub use open::{Frontier, OpenOps};
 pub use service::{SERVICE_MISSING, Split};
 pub use summary::{OpSample, Transfer, WindowId, WindowSummary};

@@ -310,6 +310,15 @@ impl OpenOps {
         self.held.len()
     }
 
+    /// Gives back the capacity its tables grew to beyond what they hold (an idle communicator's).
+    pub fn shrink(&mut self) {
+        self.held.shrink_to_fit();
+        self.pending.shrink_to_fit();
+        self.ops.shrink_to_fit();
+        self.apis.shrink_to_fit();
+        self.flight.shrink();
+    }
+
     /// Whether anything may be due at `at` (held operations that can no longer finish are
     /// released by the pass that found it out).
     pub fn due(&self, at: &Frontier) -> bool {

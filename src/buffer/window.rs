@@ -90,6 +90,18 @@ impl Entry {
     }
 }
 
+/// Per lane, how many of the `claimed` slots a [`Consumer::reset`] keeps resident for a next
+/// cycle expected to claim about `budget` slots over all lanes: each lane's own claims, scaled
+/// down in proportion when they add up to more, so that the pages a one-off burst touched go back.
+pub fn keep_within(claimed: [u32; LANES], budget: u32) -> [u32; LANES] {
+    let total: u64 = claimed.iter().map(|&n| u64::from(n)).sum();
+    if total <= u64::from(budget) {
+        return claimed;
+    }
+    // Below `claimed`: the quotient fits.
+    claimed.map(|n| (u64::from(n) * u64::from(budget) / total) as u32)
+}
+
 /// A slot claimed by [`Window::push`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claim {
@@ -658,6 +670,14 @@ mod tests {
         assert!(w.packed.iter().all(|s| s.stamp.load(Ordering::Relaxed) <= 1));
         assert!(w.open());
         assert_eq!(put(&w, 1, rec(1)).map(|c| c.epoch), Some(2));
+    }
+
+    #[test]
+    fn keep_is_capped_in_proportion() {
+        assert_eq!(keep_within([10, 20, 30], 100), [10, 20, 30], "within the budget");
+        assert_eq!(keep_within([100, 300, 0], 100), [25, 75, 0]);
+        assert_eq!(keep_within([u32::MAX; LANES], 6), [2; LANES], "no overflow");
+        assert_eq!(keep_within([5; LANES], 0), [0; LANES]);
     }
 
     #[test]

@@ -322,3 +322,33 @@ fn counted_operations_ride_the_next_summaries() {
     let last = comm.finalize(ID, 1.0).unwrap();
     assert_eq!(last.iter().map(|s| s.counted.len()).sum::<usize>(), 1);
 }
+
+/// An interval after its last window was processed with nothing claimed since, the communicator
+/// gives its windows' pages back: READY windows released, the standby disarmed and released, and
+/// the current window switched for a released one; records go on as before.
+#[test]
+fn an_idle_communicator_gives_its_windows_back() {
+    use crate::buffer::window::WindowState;
+    let (comm, t0) = live(64);
+    let c = coll(&comm, 10).unwrap();
+    comm.append(c, 11, Body::Stop);
+    assert!(no_window(poll(&comm, t0, INTERVAL)), "window 0 closes");
+    let done = poll(&comm, t0, INTERVAL + SETTLE);
+    assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2);
+    assert!(!comm.is_idle(), "not an interval yet");
+    let before = split(comm.route.load(Ordering::Relaxed)).0;
+    assert!(no_window(poll(&comm, t0, 2 * INTERVAL + SETTLE)));
+    assert!(comm.is_idle());
+    let (cur, standby) = split(comm.route.load(Ordering::Relaxed));
+    assert_ne!(cur, before, "the current window was switched for a released one");
+    assert_ne!(standby, NONE, "a standby is armed again");
+    let others = (0..4u8).filter(|&i| i != cur && i != standby);
+    assert!(others.into_iter().all(|i| comm.windows[usize::from(i)].state() == WindowState::Ready));
+    let later = coll(&comm, 40).unwrap();
+    assert_eq!(later.window(), cur);
+    comm.append(later, 41, Body::Stop);
+    assert!(no_window(poll(&comm, t0, 3 * INTERVAL + SETTLE)));
+    assert!(!comm.is_idle(), "claims again");
+    let done = poll(&comm, t0, 3 * INTERVAL + 2 * SETTLE);
+    assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2);
+}

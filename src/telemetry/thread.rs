@@ -68,6 +68,7 @@ fn run(build: Option<BuildPipeline>) {
     let (mut idle_export, mut exported) = (None, false);
     let mut load = Load::new(Instant::now());
     let mut episode: Option<Episode> = None;
+    let mut trimmed = false;
     loop {
         let live = comm::all().any(comm::Comm::is_live);
         if live {
@@ -91,6 +92,7 @@ fn run(build: Option<BuildPipeline>) {
             let mut own;
             (busy, own) = poll_all(now, load.busy());
             Episode::follow(&mut episode, now);
+            trim_when_idle(&mut trimmed);
             // Takes what other threads left in the inbox, then `own`, into the pipeline, which
             // exports with `flush` or at the end of an interval.
             let mut record = |own: Vec<WindowSummary>, flush: bool| {
@@ -242,6 +244,17 @@ impl Episode {
             None => {}
         }
     }
+}
+
+/// Gives the heap's free memory back to the kernel once every communicator is idle
+/// ([`comm::Comm::is_idle`]): once per idle spell, after the pass that made the last one idle.
+fn trim_when_idle(trimmed: &mut bool) {
+    let idle = comm::all().all(comm::Comm::is_idle);
+    if idle && !*trimmed {
+        comm::Comm::release_scratch();
+        crate::buffer::heap::trim();
+    }
+    *trimmed = idle;
 }
 
 /// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A

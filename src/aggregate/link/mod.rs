@@ -60,27 +60,50 @@ pub struct Sealed<'a> {
     pub lost_children: bool,
 }
 
-/// Links and summarises the records of one sealed window. `secs_per_tick` converts record
-/// timestamps to seconds. Finished operations go into `open` and come out, with whatever was due
-/// there `at`, in this or a later summary.
+/// [`summarize_in`] with a scratch of its own (tests and benches).
+#[cfg(any(test, feature = "testing"))]
+pub fn summarize(window: Sealed<'_>, meta: &CommMeta, spt: f64, open: &mut OpenOps, at: Frontier) -> WindowSummary {
+    summarize_in(&mut Scratch::default(), window, meta, spt, open, at)
+}
+
+/// Per-slot scratch of [`summarize_in`], kept by its caller from one window to the next so that
+/// a steady stream of windows allocates it once.
+#[derive(Default)]
+pub struct Scratch {
+    slots: Vec<Slot>,
+}
+
+impl Scratch {
+    /// Gives back the capacity past `slots` slots (what a window bigger than usual left).
+    pub fn cap(&mut self, slots: usize) {
+        self.slots.clear();
+        self.slots.shrink_to(slots);
+    }
+
+    /// Slots the scratch holds allocated.
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+}
+
+/// Links and summarises the records of one sealed window, with the per-slot scratch of `scratch`
+/// (left allocated for the next window). `secs_per_tick` converts record timestamps to seconds.
+/// Finished operations go into `open` and come out, with whatever was due there `at`, in this or a
+/// later summary.
 ///
 /// Called on: the telemetry thread (or `finalize`).
-pub fn summarize(
+pub fn summarize_in(
+    scratch: &mut Scratch,
     window: Sealed<'_>,
     meta: &CommMeta,
     secs_per_tick: f64,
     open: &mut OpenOps,
     at: Frontier,
 ) -> WindowSummary {
-    let mut pass = Pass::new(
-        window.records,
-        window.lanes,
-        window.id,
-        secs_per_tick,
-        meta.nranks,
-        open,
-        at,
-    );
+    scratch.slots.clear();
+    scratch.slots.resize(window.records.len(), Slot::EMPTY);
+    let mut pass = Pass::new(window, secs_per_tick, meta.nranks, open, at, &mut scratch.slots);
     pass.stats.forced = window.forced;
     pass.stats.windows = 1;
     pass.track();
@@ -105,7 +128,15 @@ pub fn release(
     if !open.due(&at) {
         return None;
     }
-    let s = Pass::new(&[], Lanes::single(0), comm, secs_per_tick, meta.nranks, open, at).build(meta);
+    let mut slots = Vec::new();
+    let none = Sealed {
+        records: &[],
+        lanes: Lanes::single(0),
+        id: comm,
+        forced: false,
+        lost_children: false,
+    };
+    let s = Pass::new(none, secs_per_tick, meta.nranks, open, at, &mut slots).build(meta);
     (!s.colls.is_empty() || !s.p2ps.is_empty() || s.stats.orphans > 0).then_some(s)
 }
 
@@ -207,7 +238,8 @@ struct Pass<'a> {
     nranks: i32,
     open: &'a mut OpenOps,
     at: Frontier,
-    slots: Vec<Slot>,
+    /// One per record, cleared ([`Scratch`]).
+    slots: &'a mut Vec<Slot>,
     roots: Vec<Here>,
     colls: Vec<CollGroup>,
     coll_ix: HashMap<CollKey, u32>,
@@ -289,24 +321,23 @@ fn ix(len: usize) -> u32 {
 
 impl<'a> Pass<'a> {
     fn new(
-        records: &'a [Record],
-        lanes: Lanes,
-        window: WindowId,
+        window: Sealed<'a>,
         secs_per_tick: f64,
         nranks: i32,
         open: &'a mut OpenOps,
         at: Frontier,
+        slots: &'a mut Vec<Slot>,
     ) -> Self {
         Pass {
-            records,
-            lanes,
-            window,
-            epoch: window.epoch & EPOCH_MASK,
+            records: window.records,
+            lanes: window.lanes,
+            window: window.id,
+            epoch: window.id.epoch & EPOCH_MASK,
             secs_per_tick,
             nranks,
             open,
             at,
-            slots: vec![Slot::EMPTY; records.len()],
+            slots,
             roots: Vec::new(),
             colls: Vec::new(),
             coll_ix: HashMap::new(),
