@@ -502,7 +502,7 @@ impl Comm {
                     stopped: has_bit(&t.stopped, at),
                 };
                 let mut life = before;
-                t.open += i64::from(life.read(&record.body, h.kind() == Kind::RecvOp));
+                t.open += i64::from(life.read(&record.body, h.kind().base() == Kind::RecvOp));
                 if life != before {
                     for (bits, set) in [
                         (&mut t.started, life.started),

@@ -13,7 +13,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::tests::{coll, live_with, proxy_op};
-use super::{Comm, DropCounts, NONE, Ordering, WINDOWS, split};
+use super::{Comm, DropCounts, NONE, WINDOWS};
 use crate::buffer::window::WindowState;
 use crate::record::Body;
 use crate::record::handle::LANES;
@@ -71,8 +71,8 @@ fn routing_while_the_consumer_switches_windows() {
             let stops = count(&comm, h.encode(), |b| matches!(b, Body::Stop));
             assert_eq!(stops, 1, "one stop of {h:?}");
         }
-        let (cur, standby) = split(comm.route.load(Ordering::Relaxed));
-        let cur = usize::from(cur);
+        let r = comm.route_now();
+        let (cur, standby) = (usize::from(r.current), r.standby);
         assert_eq!(comm.windows[cur].state(), WindowState::Filling);
         if standby != NONE {
             let s = usize::from(standby);

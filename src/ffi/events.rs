@@ -19,14 +19,21 @@ use crate::bindings::{
     ncclProfilerEventState_t, ncclResult_t,
 };
 use crate::clock;
-use crate::comm::{self, Comm};
+use crate::comm::{self, Comm, Route, shed};
+use crate::record::counted::CountKey;
 use crate::record::handle::{CommId, Context, Handle, Kind};
-use crate::record::{Algo, Body, CollStart, Func, PHASES, ProxyOpStart};
+use crate::record::sample::{self, Role, Sample};
+use crate::record::size::{UNKNOWN_CLASS, size_class, test_size};
+use crate::record::{Algo, Body, CollStart, Datatype, Func, P2pStart, PHASES, Proto, ProxyOpStart};
 use crate::stats::STATS;
 
 /// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
 /// KernelCh stops; KernelChStop): the clock is not read for them.
 pub(super) const UNTIMED: u64 = 0;
+
+/// Mixed into a communicator's hash for the sample of its P2P sends (numbered apart from its
+/// collectives, and decided by each rank alone).
+const P2P_SALT: u64 = 0x5032_5053_414C_5421;
 
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
@@ -88,12 +95,16 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         PROXY_STEP => match Handle::decode(d.parent()).map(|p| (p, p.kind())) {
             Some((parent, Kind::ProxyOp)) => start_step::<D, false>(owner, parent, d),
             Some((parent, Kind::RecvOp)) => start_step::<D, true>(owner, parent, d),
+            Some((parent, Kind::ProxyOpBare | Kind::RecvOpBare | Kind::Shed)) => shed_detail(owner, parent),
             _ => declined(),
         },
         KERNEL_CH => {
-            let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
+            let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p, Kind::Shed]) else {
                 return declined();
             };
+            if parent.kind() == Kind::Shed {
+                return Some(shed_handle(parent.comm_slot()));
+            }
             let (id, comm) = live(owner, parent.comm_slot())?;
             let Some((channel, gpu_start)) = d.kernel_ch() else {
                 return declined(); // v3: no GPU time
@@ -106,9 +117,12 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             comm.start(id, Kind::KernelCh, Some(parent), UNTIMED, body)
         }
         KERNEL_PHASE => {
-            let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh]) else {
+            let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh, Kind::Shed]) else {
                 return declined();
             };
+            if parent.kind() == Kind::Shed {
+                return shed_detail(owner, parent);
+            }
             let (id, comm) = live(owner, parent.comm_slot())?;
             let Some((phase, gpu_start)) = d.kernel_phase() else {
                 STATS.unknown_types.incr(); // a table without the member
@@ -134,13 +148,13 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             let ts = clock::now();
             let (id, comm) = local(owner, context)?;
             identify(comm, d);
+            let n = comm.next_coll();
             let mut coll = d.coll()?;
             if d.symmetric() {
                 coll.algo = Algo::Symmetric;
             }
             coll.graph = api_graph(d.parent());
-            let handle = comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?;
-            annotated(comm, handle, d.user_tag(), d.parent())
+            record_coll(comm, id, n, ts, coll, d)
         }
         P2P => {
             let ts = clock::now();
@@ -149,9 +163,17 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             match d.p2p()? {
                 (Func::Recv, _) => declined(),
                 (_, mut p2p) => {
+                    let n = comm.next_p2p();
                     p2p.graph = api_graph(d.parent());
-                    let handle = comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?;
-                    annotated(comm, handle, d.user_tag(), d.parent())
+                    let route = comm.route_now();
+                    if route.level > shed::DETAIL {
+                        return sampled_p2p(comm, id, route, n, ts, p2p, d.user_tag(), d.parent());
+                    }
+                    p2p.sample = Sample::new(0, Role::Timed, n as u8);
+                    match comm.start_at(id, Kind::P2p, route, ts, Body::P2p(p2p)) {
+                        Some(handle) => annotated(comm, handle, d.user_tag(), d.parent()),
+                        None => counted_p2p(comm, id, &p2p, d.parent()),
+                    }
                 }
             }
         }
@@ -238,9 +260,136 @@ fn start_api<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
 
 /// Records a collective that has no Coll event (CeColl, an API Broadcast), as a Coll.
 fn start_only<D: Descriptor>(comm: &Comm, id: CommId, mut coll: CollStart, d: &D) -> Option<u64> {
+    let n = comm.next_coll();
     coll.graph = coll.graph.or_else(|| api_graph(d.parent()));
-    let handle = comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?;
-    annotated(comm, handle, d.user_tag(), d.parent())
+    record_coll(comm, id, n, UNTIMED, coll, d)
+}
+
+/// Records collective `n` of the communicator at the current window's level: every one up to
+/// [`shed::DETAIL`], else as [`sampled_coll`] decides. One that finds no room is counted
+/// ([`counted_coll`]).
+#[inline(always)]
+fn record_coll<D: Descriptor>(comm: &Comm, id: CommId, n: u64, ts: u64, mut coll: CollStart, d: &D) -> Option<u64> {
+    let route = comm.route_now();
+    if route.level > shed::DETAIL {
+        return sampled_coll(comm, id, route, n, ts, coll, d.user_tag(), d.parent());
+    }
+    coll.sample = Sample::new(0, Role::Timed, n as u8);
+    match comm.start_at(id, Kind::Coll, route, ts, Body::Coll(coll)) {
+        Some(handle) => annotated(comm, handle, d.user_tag(), d.parent()),
+        None => counted_coll(comm, id, &coll, d.parent()),
+    }
+}
+
+/// Collective `n` at a sampling level (`1 + k`): recorded when it is in the communicator's
+/// sample or precedes one that is ([`sample::decide`]: every rank decides the same), else only
+/// counted.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn sampled_coll(
+    comm: &Comm,
+    id: CommId,
+    route: Route,
+    n: u64,
+    ts: u64,
+    mut coll: CollStart,
+    tag: u64,
+    parent: u64,
+) -> Option<u64> {
+    let Some(s) = sample::decide(comm.learned_hash(), n, shed::k_of(route.level)) else {
+        return counted_coll(comm, id, &coll, parent);
+    };
+    coll.sample = s;
+    match comm.start_at(id, Kind::Coll, route, ts, Body::Coll(coll)) {
+        Some(handle) => annotated(comm, handle, tag, parent),
+        None => counted_coll(comm, id, &coll, parent),
+    }
+}
+
+/// P2P send `n` at a sampling level: recorded when in the rank's own sample (no pairs: the
+/// service split of P2P is not exported), else only counted.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn sampled_p2p(
+    comm: &Comm,
+    id: CommId,
+    route: Route,
+    n: u64,
+    ts: u64,
+    mut p2p: P2pStart,
+    tag: u64,
+    parent: u64,
+) -> Option<u64> {
+    let k = shed::k_of(route.level);
+    if !sample::sampled(sample::key(comm.learned_hash() ^ P2P_SALT, n), k) {
+        return counted_p2p(comm, id, &p2p, parent);
+    }
+    p2p.sample = Sample::new(k, Role::Timed, n as u8);
+    match comm.start_at(id, Kind::P2p, route, ts, Body::P2p(p2p)) {
+        Some(handle) => annotated(comm, handle, tag, parent),
+        None => counted_p2p(comm, id, &p2p, parent),
+    }
+}
+
+/// Counts a collective without a record (not in the sample, or no room for its start) and hands
+/// out a [`Kind::Shed`] handle.
+#[cold]
+#[inline(never)]
+fn counted_coll(comm: &Comm, id: CommId, coll: &CollStart, parent: u64) -> Option<u64> {
+    let (func, algo, proto) = (coll.func, coll.algo, coll.proto);
+    count(comm, func, algo, proto, coll.count, coll.datatype, false);
+    shed_root(comm, id, parent)
+}
+
+/// [`counted_coll`] for a P2P send.
+#[cold]
+#[inline(never)]
+fn counted_p2p(comm: &Comm, id: CommId, p2p: &P2pStart, parent: u64) -> Option<u64> {
+    count(comm, Func::Send, Algo::Unknown, Proto::Unknown, p2p.count, p2p.datatype, true);
+    shed_root(comm, id, parent)
+}
+
+/// Adds one operation of `count` elements of `datatype` to the communicator's count table.
+fn count(comm: &Comm, func: Func, algo: Algo, proto: Proto, count: u64, datatype: Datatype, p2p: bool) {
+    let bytes = count.saturating_mul(datatype.size());
+    let class = test_size(func, bytes, comm.nranks()).map_or(UNKNOWN_CLASS, size_class);
+    let key = CountKey {
+        func,
+        algo,
+        proto,
+        class,
+        p2p,
+    };
+    comm.counts.add(key, bytes);
+}
+
+/// The handle of an operation counted without a record. Under a recorded API call
+/// (NCCL 2.29–2.30) it still claims the call, or the consumer would report the call itself as a
+/// collective: the claim is the handle's only record.
+fn shed_root(comm: &Comm, id: CommId, parent: u64) -> Option<u64> {
+    if Handle::decode(parent).is_some_and(|p| p.kind() == Kind::ApiCall)
+        && let Some(h) = comm.start(id, Kind::Shed, None, UNTIMED, Body::Claim { api: parent })
+    {
+        return Some(h);
+    }
+    Some(shed_handle(id.slot))
+}
+
+/// A [`Kind::Shed`] handle of communicator slot `slot`, with no record behind it: its children
+/// are shed by its kind alone, its states and stop ignored.
+fn shed_handle(slot: u16) -> u64 {
+    Handle::new(slot, 0, 0, Kind::Shed, 0).encode()
+}
+
+/// A start that is detail of a shed or bare parent (a step, a kernel phase): no handle, counted
+/// as shed on the parent's communicator.
+#[cold]
+fn shed_detail(owner: &Owner, parent: Handle) -> Option<u64> {
+    let (_, comm) = live(owner, parent.comm_slot())?;
+    comm.drops.shed.fetch_add(1, Ordering::Relaxed);
+    None
 }
 
 /// A handle with no record behind it (Group, CollApi/P2pApi) whose slot bits carry `value`;
@@ -283,14 +432,19 @@ fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
 /// another process tagged: PID namespaces let PIDs coincide) carries another process's context
 /// and parent: neither is decoded as ours; a send is attributed to our communicator with the
 /// same hash, under the originating rank (v4+: v1–v3 contexts know no hash); a receive is
-/// declined.
+/// declined. From shed level 1 on, ops start bare ([`Kind::ProxyOpBare`], [`Kind::RecvOpBare`]:
+/// their steps are shed) and PXN ops are shed; an op of a counted-only operation gets a
+/// [`Kind::Shed`] handle.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
     let tagged_elsewhere = Context::decode(context).is_some_and(|c| !c.is_ours());
     let own = op.pid == OWN_PID.load(Ordering::Relaxed) && !tagged_elsewhere;
     let mut origin = 0;
     let (id, comm, parent) = if own {
-        let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]);
+        let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p, Kind::Shed]);
+        if let Some(p) = parent.filter(|p| p.kind() == Kind::Shed) {
+            return Some(shed_handle(p.comm_slot()));
+        }
         // NCCL 2.23 gives a ProxyOp the context of the last op that shares its proxy arguments
         // (spec 8.2.1): on v1–v3 its parent names its communicator.
         match parent.filter(|_| D::LEGACY).and_then(|p| comm::get_slot(p.comm_slot())) {
@@ -311,6 +465,11 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         };
         STATS.foreign_ops.incr();
         owner.set(Some((id, comm)));
+        if comm.route_now().level >= shed::DETAIL {
+            // Link detail only.
+            comm.drops.shed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let foreign = d.parent();
         origin = (foreign ^ foreign >> 32) as u32 | 1;
         (id, comm, None)
@@ -333,7 +492,13 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         send: op.is_send,
         origin,
     });
-    let kind = if op.is_send { Kind::ProxyOp } else { Kind::RecvOp };
+    let bare = comm.route_now().level >= shed::DETAIL;
+    let kind = match (op.is_send, bare) {
+        (true, false) => Kind::ProxyOp,
+        (false, false) => Kind::RecvOp,
+        (true, true) => Kind::ProxyOpBare,
+        (false, true) => Kind::RecvOpBare,
+    };
     let handle = comm.start(id, kind, parent, UNTIMED, body)?;
     // v1–v3: only network ops get events, and all of them stop (spec 8.1); no InProgress says so.
     if D::LEGACY
@@ -428,8 +593,12 @@ fn first_fifo_wait(h: Handle, steps: i32) -> bool {
 pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -> ncclResult_t {
     // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
     // clock before anything else so the time is the callback's.
-    let timed = Handle::decode(handle as u64)
-        .is_some_and(|h| matches!(h.kind(), Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
+    let timed = Handle::decode(handle as u64).is_some_and(|h| {
+        matches!(
+            h.kind(),
+            Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep | Kind::ProxyOpBare | Kind::RecvOpBare
+        )
+    });
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
         if ABI <= 2 && handle.is_null() {
@@ -437,10 +606,13 @@ pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -
             return;
         }
         let Some(h) = decode(handle) else { return };
-        // Group and API events are not stopped in records, and a KernelPhase ends with its
+        // Group, API and shed events are not stopped in records, and a KernelPhase ends with its
         // KernelPhaseStop: their stops are ignored before the communicator is looked up, live
         // or stale alike (as ignored states are).
-        if matches!(h.kind(), Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase) {
+        if matches!(
+            h.kind(),
+            Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase | Kind::Shed
+        ) {
             return;
         }
         if let Some((_, comm)) = live(owner, h.comm_slot()) {
@@ -482,7 +654,7 @@ pub(super) fn record_event_state<A: StateArgs>(
             (ts, args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() }))
         }
         (Kind::RecvStep, bindings::ncclProfilerProxyStepRecvGPUWait) => (clock::now(), Some(Body::GpuWait)),
-        (Kind::RecvOp, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
+        (Kind::RecvOp | Kind::RecvOpBare, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
         (Kind::RecvOp, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
             if abi <= 3 =>
         {
@@ -520,8 +692,16 @@ pub(super) fn record_event_state<A: StateArgs>(
                 None => (ts, None),
             }
         }
+        // ABI v1–v3 transfer detail of a bare op: shed.
+        (Kind::RecvOpBare, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
+        | (Kind::ProxyOpBare, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone)
+            if abi <= 3 =>
+        {
+            shed_detail(owner, h);
+            return;
+        }
         // ProxyStep send/receive waits but SendWait and RecvGPUWait; ProxyOp legacy states and
-        // InProgress.
+        // InProgress; anything of a shed event.
         (
             Kind::ProxyStep,
             bindings::ncclProfilerProxyStepSendGPUWait
