@@ -713,7 +713,16 @@ pub(super) fn record_event_state<A: StateArgs>(
             bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone
             | bindings::ncclProfilerProxyOpInProgress_v4,
         )
-        | (Kind::RecvOp, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone) => return,
+        | (
+            Kind::RecvOp | Kind::RecvOpBare,
+            bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone,
+        )
+        | (
+            Kind::ProxyOpBare,
+            bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone
+            | bindings::ncclProfilerProxyOpInProgress_v4,
+        )
+        | (Kind::Shed, _) => return,
         _ => {
             STATS.unknown_states.incr();
             return;
