@@ -161,7 +161,9 @@ fn shedding(b: &mut Bench, plugin: bool, seq: u64, measure: bool, kinds: &mut Ve
         level(b, Some(l));
         let t = table(b);
         let mut descrs: Vec<_> = (seq..seq + BATCH as u64).map(table::allreduce_descr).collect();
-        run(kind, &mut || (0..BATCH).for_each(|i| colls[i] = t.start(&mut descrs[i])));
+        run(kind, &mut || {
+            (0..BATCH).for_each(|i| colls[i] = t.start(&mut descrs[i]))
+        });
         colls.iter().for_each(|&h| t.stop(h));
     }
     level(b, Some(shed::DETAIL));
@@ -172,9 +174,13 @@ fn shedding(b: &mut Bench, plugin: bool, seq: u64, measure: bool, kinds: &mut Ve
     let mut steps = ops;
     let op = |parent| emulator::plugin::proxy_op_descr(H(parent), pid(), 0, 1, 0, 1, 1 << 20, true);
     let mut descrs: Vec<_> = colls.iter().map(|&c| op(c)).collect();
-    run("send op start (bare)", &mut || (0..BATCH).for_each(|i| ops[i] = t.start(&mut descrs[i])));
+    run("send op start (bare)", &mut || {
+        (0..BATCH).for_each(|i| ops[i] = t.start(&mut descrs[i]))
+    });
     let mut descrs: Vec<_> = ops.iter().map(|&op| step_descr(op, 0)).collect();
-    run("step start (shed)", &mut || (0..BATCH).for_each(|i| steps[i] = t.start(&mut descrs[i])));
+    run("step start (shed)", &mut || {
+        (0..BATCH).for_each(|i| steps[i] = t.start(&mut descrs[i]))
+    });
     ops.iter().chain(&colls).for_each(|&h| t.stop(h));
     level(b, None);
 }

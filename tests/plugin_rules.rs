@@ -538,7 +538,11 @@ fn a_full_window_drops_and_counts_without_waiting() {
     assert_eq!(accepted.len(), trigger + roots);
     let comm = comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap();
     assert_eq!(comm.level_now(), 4, "two further multiples of the trigger");
-    assert_eq!(counted(comm), (2 * cap - accepted.len()) as u64, "the others are counted");
+    assert_eq!(
+        counted(comm),
+        (2 * cap - accepted.len()) as u64,
+        "the others are counted"
+    );
     let root_drops = comm.drop_counts().full as usize;
     assert!(root_drops > 0, "sampled collectives that found the lane full");
     // Two children per accepted event go to their parent's window, in its proxy lane, up to
@@ -604,15 +608,26 @@ fn forced_shed_levels_are_obeyed_by_every_callback() {
     assert_eq!(kind(coll), Some(Kind::Coll));
     let send = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true);
     let recv = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, false);
-    assert_eq!((kind(send), kind(recv)), (Some(Kind::ProxyOpBare), Some(Kind::RecvOpBare)));
+    assert_eq!(
+        (kind(send), kind(recv)),
+        (Some(Kind::ProxyOpBare), Some(Kind::RecvOpBare))
+    );
     let declined = STATS.declined.get();
     assert!(p.proxy_step(c.context, send, 0, 0).is_null() && p.proxy_step(c.context, recv, 0, 0).is_null());
-    assert_eq!((x.drop_counts().shed, STATS.declined.get()), (2, declined), "steps shed, not declined");
+    assert_eq!(
+        (x.drop_counts().shed, STATS.declined.get()),
+        (2, declined),
+        "steps shed, not declined"
+    );
     p.state(recv, ty::OP_IN_PROGRESS, 0);
     [send, recv, coll].into_iter().for_each(|h| p.stop(h));
     assert_eq!(x.drop_counts().full + x.drop_counts().late, 0);
     let s = finalize(p, &c);
-    assert_eq!(s.iter().map(|w| w.stats.records).sum::<u64>(), 7, "3 starts, InProgress, 3 stops");
+    assert_eq!(
+        s.iter().map(|w| w.stats.records).sum::<u64>(),
+        7,
+        "3 starts, InProgress, 3 stops"
+    );
 
     comm::force_level(Some(shed::MAX_LEVEL));
     let c = new_comm(p, 0, 2);
@@ -620,27 +635,44 @@ fn forced_shed_levels_are_obeyed_by_every_callback() {
     let colls: Vec<H> = (0..300)
         .map(|i| p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 256, 1, i))
         .collect();
-    let sends: Vec<H> = (0..100).map(|_| p.p2p(&c, H::NULL, "Send", "ncclFloat32", 256, 1)).collect();
+    let sends: Vec<H> = (0..100)
+        .map(|_| p.p2p(&c, H::NULL, "Send", "ncclFloat32", 256, 1))
+        .collect();
     let recorded = colls.iter().chain(&sends).filter(|&&h| !shed(h)).count() as u64;
     assert_eq!(counted(x) + recorded, 400, "every operation counted");
     let shed_coll = *colls.iter().find(|&&h| shed(h)).unwrap();
     let op = p.proxy_op(c.context, shed_coll, pid(), 0, 1, 0, 1, true);
     let kernel = p.kernel_ch(c.context, shed_coll, 0, 1);
     assert!(shed(op) && shed(kernel), "children of a shed operation");
-    let (before, rejected) = (x.drop_counts().shed, STATS.stale.get() + STATS.null_args.get() + STATS.unknown_states.get());
+    let (before, rejected) = (
+        x.drop_counts().shed,
+        STATS.stale.get() + STATS.null_args.get() + STATS.unknown_states.get(),
+    );
     assert!(p.proxy_step(c.context, op, 0, 0).is_null());
     assert!(p.kernel_phase(c.context, kernel, 0, 1, 2).is_null());
     p.state(kernel, ty::KERNEL_CH_STOP, 3);
     [op, kernel, shed_coll].into_iter().for_each(|h| p.stop(h));
     let phases = u64::from(p.driving() >= Version::V7);
-    assert_eq!(x.drop_counts().shed, before + 1 + phases, "the step and the kernel phase");
-    assert_eq!(STATS.stale.get() + STATS.null_args.get() + STATS.unknown_states.get(), rejected, "nothing rejected");
+    assert_eq!(
+        x.drop_counts().shed,
+        before + 1 + phases,
+        "the step and the kernel phase"
+    );
+    assert_eq!(
+        STATS.stale.get() + STATS.null_args.get() + STATS.unknown_states.get(),
+        rejected,
+        "nothing rejected"
+    );
     finalize(p, &c);
 
     let c = new_comm(p, 0, 2);
     comm::force_level(Some(2));
     poll(c.hash, Instant::now());
-    assert_eq!(live_comm(&c).level_now(), 2, "the empty window switched to the wanted level");
+    assert_eq!(
+        live_comm(&c).level_now(),
+        2,
+        "the empty window switched to the wanted level"
+    );
     comm::force_level(None);
     poll(c.hash, Instant::now());
     assert_eq!(live_comm(&c).level_now(), 0);

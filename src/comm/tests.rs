@@ -43,7 +43,7 @@ pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Comm, Instant) {
 
 /// Takes the armed standby window away, as when every other window is still being processed:
 /// the current window then keeps filling.
-fn no_standby(comm: &Comm) {
+pub(super) fn no_standby(comm: &Comm) {
     let r = comm.route_now();
     comm.route.store(Route::alone(r.current, r.level).pack(), Ordering::Relaxed);
 }

@@ -347,7 +347,15 @@ fn counted_coll(comm: &Comm, id: CommId, coll: &CollStart, parent: u64) -> Optio
 #[cold]
 #[inline(never)]
 fn counted_p2p(comm: &Comm, id: CommId, p2p: &P2pStart, parent: u64) -> Option<u64> {
-    count(comm, Func::Send, Algo::Unknown, Proto::Unknown, p2p.count, p2p.datatype, true);
+    count(
+        comm,
+        Func::Send,
+        Algo::Unknown,
+        Proto::Unknown,
+        p2p.count,
+        p2p.datatype,
+        true,
+    );
     shed_root(comm, id, parent)
 }
 
