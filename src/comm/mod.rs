@@ -216,8 +216,9 @@ pub struct Comm {
     born: [AtomicU32; WINDOWS],
     /// Drop counters (cumulative since `init`; consumers diff them).
     pub drops: CachePadded<Drops>,
-    /// Operations counted without a record (shed under overload); the consumer drains it.
-    pub counts: CachePadded<counts::Counts>,
+    /// Operations counted without a record (shed under overload); the consumer drains it. On
+    /// the heap: it is most of a communicator's size.
+    pub counts: Box<CachePadded<counts::Counts>>,
     /// The plugin's own numbering of the communicator's operations, the key of the sample.
     ops: CachePadded<OpCounts>,
     /// Ranks in the communicator (0 when `init` did not tell: ABI v1–v3).
@@ -252,7 +253,7 @@ impl Comm {
             lost_held: AtomicBool::new(false),
             born: std::array::from_fn(|_| AtomicU32::new(0)),
             drops: CachePadded::new(Drops::default()),
-            counts: CachePadded::new(counts::Counts::default()),
+            counts: Box::new(CachePadded::new(counts::Counts::default())),
             ops: CachePadded::new(OpCounts::default()),
             nranks: AtomicI32::new(0),
         })
