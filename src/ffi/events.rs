@@ -10,6 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
+use super::shedding::{bare_state, counted_coll, counted_p2p, sampled_coll, sampled_p2p, shed_detail, shed_handle};
 use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, Filled, StateArgs, legacy};
 use crate::bindings;
 use crate::bindings::{
@@ -19,21 +20,15 @@ use crate::bindings::{
     ncclProfilerEventState_t, ncclResult_t,
 };
 use crate::clock;
-use crate::comm::{self, Comm, Route, shed};
-use crate::record::counted::CountKey;
+use crate::comm::{self, Comm, shed};
 use crate::record::handle::{CommId, Context, Handle, Kind};
-use crate::record::sample::{self, Role, Sample};
-use crate::record::size::{UNKNOWN_CLASS, size_class, test_size};
-use crate::record::{Algo, Body, CollStart, Datatype, Func, P2pStart, PHASES, Proto, ProxyOpStart};
+use crate::record::sample::{Role, Sample};
+use crate::record::{Algo, Body, CollStart, Func, PHASES, ProxyOpStart};
 use crate::stats::STATS;
 
 /// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
 /// KernelCh stops; KernelChStop): the clock is not read for them.
 pub(super) const UNTIMED: u64 = 0;
-
-/// Mixed into a communicator's hash for the sample of its P2P sends (numbered apart from its
-/// collectives, and decided by each rank alone).
-const P2P_SALT: u64 = 0x5032_5053_414C_5421;
 
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
@@ -281,125 +276,6 @@ fn record_coll<D: Descriptor>(comm: &Comm, id: CommId, n: u64, ts: u64, mut coll
     }
 }
 
-/// Collective `n` at a sampling level (`1 + k`): recorded when it is in the communicator's
-/// sample or precedes one that is ([`sample::decide`]: every rank decides the same), else only
-/// counted.
-#[cold]
-#[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn sampled_coll(
-    comm: &Comm,
-    id: CommId,
-    route: Route,
-    n: u64,
-    ts: u64,
-    mut coll: CollStart,
-    tag: u64,
-    parent: u64,
-) -> Option<u64> {
-    let Some(s) = sample::decide(comm.learned_hash(), n, shed::k_of(route.level)) else {
-        return counted_coll(comm, id, &coll, parent);
-    };
-    coll.sample = s;
-    match comm.start_at(id, Kind::Coll, route, ts, Body::Coll(coll)) {
-        Some(handle) => annotated(comm, handle, tag, parent),
-        None => counted_coll(comm, id, &coll, parent),
-    }
-}
-
-/// P2P send `n` at a sampling level: recorded when in the rank's own sample (no pairs: the
-/// service split of P2P is not exported), else only counted.
-#[cold]
-#[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn sampled_p2p(
-    comm: &Comm,
-    id: CommId,
-    route: Route,
-    n: u64,
-    ts: u64,
-    mut p2p: P2pStart,
-    tag: u64,
-    parent: u64,
-) -> Option<u64> {
-    let k = shed::k_of(route.level);
-    if !sample::sampled(sample::key(comm.learned_hash() ^ P2P_SALT, n), k) {
-        return counted_p2p(comm, id, &p2p, parent);
-    }
-    p2p.sample = Sample::new(k, Role::Timed, n as u8);
-    match comm.start_at(id, Kind::P2p, route, ts, Body::P2p(p2p)) {
-        Some(handle) => annotated(comm, handle, tag, parent),
-        None => counted_p2p(comm, id, &p2p, parent),
-    }
-}
-
-/// Counts a collective without a record (not in the sample, or no room for its start) and hands
-/// out a [`Kind::Shed`] handle.
-#[cold]
-#[inline(never)]
-fn counted_coll(comm: &Comm, id: CommId, coll: &CollStart, parent: u64) -> Option<u64> {
-    let (func, algo, proto) = (coll.func, coll.algo, coll.proto);
-    count(comm, func, algo, proto, coll.count, coll.datatype, false);
-    shed_root(comm, id, parent)
-}
-
-/// [`counted_coll`] for a P2P send.
-#[cold]
-#[inline(never)]
-fn counted_p2p(comm: &Comm, id: CommId, p2p: &P2pStart, parent: u64) -> Option<u64> {
-    count(
-        comm,
-        Func::Send,
-        Algo::Unknown,
-        Proto::Unknown,
-        p2p.count,
-        p2p.datatype,
-        true,
-    );
-    shed_root(comm, id, parent)
-}
-
-/// Adds one operation of `count` elements of `datatype` to the communicator's count table.
-fn count(comm: &Comm, func: Func, algo: Algo, proto: Proto, count: u64, datatype: Datatype, p2p: bool) {
-    let bytes = count.saturating_mul(datatype.size());
-    let class = test_size(func, bytes, comm.nranks()).map_or(UNKNOWN_CLASS, size_class);
-    let key = CountKey {
-        func,
-        algo,
-        proto,
-        class,
-        p2p,
-    };
-    comm.counts.add(key, bytes);
-}
-
-/// The handle of an operation counted without a record. Under a recorded API call
-/// (NCCL 2.29–2.30) it still claims the call, or the consumer would report the call itself as a
-/// collective: the claim is the handle's only record.
-fn shed_root(comm: &Comm, id: CommId, parent: u64) -> Option<u64> {
-    if Handle::decode(parent).is_some_and(|p| p.kind() == Kind::ApiCall)
-        && let Some(h) = comm.start(id, Kind::Shed, None, UNTIMED, Body::Claim { api: parent })
-    {
-        return Some(h);
-    }
-    Some(shed_handle(id.slot))
-}
-
-/// A [`Kind::Shed`] handle of communicator slot `slot`, with no record behind it: its children
-/// are shed by its kind alone, its states and stop ignored.
-fn shed_handle(slot: u16) -> u64 {
-    Handle::new(slot, 0, 0, Kind::Shed, 0).encode()
-}
-
-/// A start that is detail of a shed or bare parent (a step, a kernel phase): no handle, counted
-/// as shed on the parent's communicator.
-#[cold]
-fn shed_detail(owner: &Owner, parent: Handle) -> Option<u64> {
-    let (_, comm) = live(owner, parent.comm_slot())?;
-    comm.drops.shed.fetch_add(1, Ordering::Relaxed);
-    None
-}
-
 /// A handle with no record behind it (Group, CollApi/P2pApi) whose slot bits carry `value`;
 /// counted as declined.
 fn no_record(comm: CommId, kind: Kind, value: u32) -> u64 {
@@ -419,7 +295,7 @@ fn api_graph(parent: u64) -> Option<bool> {
 
 /// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7),
 /// and a Claim when its parent is a recorded API call.
-fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
+pub(super) fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
     let api = Handle::decode(parent).is_some_and(|p| p.kind() == Kind::ApiCall);
     if (tag != 0 || api)
         && let Some(h) = Handle::decode(handle)
@@ -534,7 +410,7 @@ pub(super) fn local(owner: &Owner, context: u64) -> Option<(CommId, &'static Com
 }
 
 /// The communicator live in registry slot `slot`, with its id; counted as stale otherwise.
-fn live(owner: &Owner, slot: u16) -> Option<(CommId, &'static Comm)> {
+pub(super) fn live(owner: &Owner, slot: u16) -> Option<(CommId, &'static Comm)> {
     let found = comm::get_slot(slot);
     match found {
         Some(_) => owner.set(found),
@@ -662,7 +538,7 @@ pub(super) fn record_event_state<A: StateArgs>(
             (ts, args.map(|a| Body::PhaseStop { gpu_stop: a.p_timer() }))
         }
         (Kind::RecvStep, bindings::ncclProfilerProxyStepRecvGPUWait) => (clock::now(), Some(Body::GpuWait)),
-        (Kind::RecvOp | Kind::RecvOpBare, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
+        (Kind::RecvOp, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
         (Kind::RecvOp, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
             if abi <= 3 =>
         {
@@ -700,16 +576,10 @@ pub(super) fn record_event_state<A: StateArgs>(
                 None => (ts, None),
             }
         }
-        // ABI v1–v3 transfer detail of a bare op: shed.
-        (Kind::RecvOpBare, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
-        | (Kind::ProxyOpBare, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone)
-            if abi <= 3 =>
-        {
-            shed_detail(owner, h);
-            return;
-        }
+        // Bare and shed events: out of line.
+        (Kind::ProxyOpBare | Kind::RecvOpBare | Kind::Shed, _) => return bare_state(owner, h, state, ts, abi),
         // ProxyStep send/receive waits but SendWait and RecvGPUWait; ProxyOp legacy states and
-        // InProgress; anything of a shed event.
+        // InProgress.
         (
             Kind::ProxyStep,
             bindings::ncclProfilerProxyStepSendGPUWait
@@ -721,16 +591,7 @@ pub(super) fn record_event_state<A: StateArgs>(
             bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone
             | bindings::ncclProfilerProxyOpInProgress_v4,
         )
-        | (
-            Kind::RecvOp | Kind::RecvOpBare,
-            bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone,
-        )
-        | (
-            Kind::ProxyOpBare,
-            bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone
-            | bindings::ncclProfilerProxyOpInProgress_v4,
-        )
-        | (Kind::Shed, _) => return,
+        | (Kind::RecvOp, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone) => return,
         _ => {
             STATS.unknown_states.incr();
             return;
