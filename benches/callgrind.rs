@@ -48,17 +48,17 @@ const CEILINGS: [(&str, u64); 23] = [
     ("step stop", 105),
     ("send op stop", 105),
     ("kernel start", 205),
-    ("kernel stop state", 135),
+    ("kernel stop state", 140),
     ("kernel stop", 100),
     ("recv op start", 285),
     ("recv step start", 180),
     ("recv step gpu wait", 150),
     ("recv step stop", 100),
     ("recv op stop", 105),
-    ("coll start (counted)", 1000),
-    ("coll start (sampled)", 1000),
-    ("send op start (bare)", 1000),
-    ("step start (shed)", 1000),
+    ("coll start (counted)", 595),
+    ("coll start (sampled)", 575),
+    ("send op start (bare)", 260),
+    ("step start (shed)", 97),
 ];
 
 /// Counted by callgrind (`--toggle-collect`), then dumped (`--dump-after`): one dump per call.
