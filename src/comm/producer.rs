@@ -47,18 +47,20 @@ impl Comm {
                 return Some(h);
             }
         }
-        self.start_current(id, kind, parent, self.route_now(), entry)
+        self.start_current(id, kind, self.route_now(), entry)
+            .or_else(|| self.dropped_start(id, parent))
     }
 
-    /// Records the start of a new root event of `kind` in the current window of `route` (as
-    /// [`Comm::route_now`] read it); `None` (counted) when no window has space.
+    /// Records the start of a new operation of `kind` (Coll, P2p) in the current window of
+    /// `route` (as [`Comm::route_now`] read it); `None` when no window has space, not counted
+    /// as a drop: the caller counts the operation without its record instead.
     /// Called on: NCCL user threads; lock-free, allocation-free.
     #[inline(always)]
     pub fn start_at(&self, id: CommId, kind: Kind, route: Route, ts: u64, body: Body) -> Option<u64> {
         let Some(entry) = Entry::new(kind.lane(), ts, body) else {
             return self.dropped_start(id, None);
         };
-        self.start_current(id, kind, None, route, entry)
+        self.start_current(id, kind, route, entry)
     }
 
     /// The current window and its shed level, in one load. Called on: NCCL's threads.
@@ -95,11 +97,11 @@ impl Comm {
 
     /// Puts a new event's start in the current window of `route`, up to the root limit; the
     /// one that brings it to the count trigger switches to the standby, or, with none armed,
-    /// raises its level ([`Comm::escalate`]).
+    /// raises its level ([`Comm::escalate`]). `None` (not counted) when no window has room.
     #[inline(always)]
-    fn start_current(&self, id: CommId, kind: Kind, parent: Option<Handle>, route: Route, entry: Entry) -> Option<u64> {
+    fn start_current(&self, id: CommId, kind: Kind, route: Route, entry: Entry) -> Option<u64> {
         let cur = route.current;
-        let handle = match self.push_start(id, kind, cur, Some(self.root_limit), entry) {
+        match self.push_start(id, kind, cur, Some(self.root_limit), entry) {
             Some((h, index)) => {
                 if self.reached_trigger(cur, index) && !self.switch_to_standby(cur) {
                     self.escalate(cur);
@@ -115,8 +117,7 @@ impl Comm {
                 self.escalate(cur);
                 None
             }
-        };
-        handle.or_else(|| self.dropped_start(id, parent))
+        }
     }
 
     /// Counts a start no window took; a child's parent loses its complete times.
