@@ -544,7 +544,11 @@ fn a_full_window_drops_and_counts_without_waiting() {
         (2 * cap - accepted.len()) as u64,
         "the others are counted"
     );
-    assert_eq!(comm.drop_counts().full, 0, "a collective without room is counted, not dropped");
+    assert_eq!(
+        comm.drop_counts().full,
+        0,
+        "a collective without room is counted, not dropped"
+    );
     // Two children per accepted event go to their parent's window, in its proxy lane, up to
     // that lane's capacity; then drops are counted (the current window has no room either).
     let ops: Vec<H> = accepted

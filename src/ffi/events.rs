@@ -98,7 +98,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
                 return declined();
             };
             if parent.kind() == Kind::Shed {
-                return Some(shed_handle(parent.comm_slot()));
+                return live(owner, parent.comm_slot()).map(|(id, _)| shed_handle(id.slot));
             }
             let (id, comm) = live(owner, parent.comm_slot())?;
             let Some((channel, gpu_start)) = d.kernel_ch() else {
@@ -327,7 +327,7 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
     let (id, comm, parent) = if own {
         let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p, Kind::Shed]);
         if let Some(p) = parent.filter(|p| p.kind() == Kind::Shed) {
-            return Some(shed_handle(p.comm_slot()));
+            return live(owner, p.comm_slot()).map(|(id, _)| shed_handle(id.slot));
         }
         // NCCL 2.23 gives a ProxyOp the context of the last op that shares its proxy arguments
         // (spec 8.2.1): on v1–v3 its parent names its communicator.
