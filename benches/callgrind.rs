@@ -68,18 +68,21 @@ fn callgrind_measured(batch: &mut dyn FnMut()) {
     batch()
 }
 
+/// Runs `f`, under callgrind's count when `measure` (its `kind` noted in `kinds`).
+fn measured(measure: bool, kinds: &mut Vec<&'static str>, kind: &'static str, f: &mut dyn FnMut()) {
+    if measure {
+        kinds.push(kind);
+        callgrind_measured(f);
+    } else {
+        f();
+    }
+}
+
 /// Runs the callbacks of one batch per kind, in NCCL's order, over [`BATCH`] collectives
 /// (each: Coll, one send ProxyOp with one step, one kernel channel, one receive ProxyOp with one
 /// step); measured or not. Returns the kinds of the measured calls, in order.
 fn batch(t: &Table, seq: u64, measure: bool, kinds: &mut Vec<&'static str>) {
-    let mut run = |kind: &'static str, f: &mut dyn FnMut()| {
-        if measure {
-            kinds.push(kind);
-            callgrind_measured(f);
-        } else {
-            f();
-        }
-    };
+    let mut run = |kind, f: &mut dyn FnMut()| measured(measure, kinds, kind, f);
     let mut colls = [std::ptr::null_mut(); BATCH];
     let mut ops = colls;
     let mut steps = colls;
@@ -148,14 +151,7 @@ fn shedding(b: &mut Bench, plugin: bool, seq: u64, measure: bool, kinds: &mut Ve
         }
     };
     let table = |b: &Bench| if plugin { b.plugin_table() } else { b.empty_table() };
-    let mut run = |kind: &'static str, f: &mut dyn FnMut()| {
-        if measure {
-            kinds.push(kind);
-            callgrind_measured(f);
-        } else {
-            f();
-        }
-    };
+    let mut run = |kind, f: &mut dyn FnMut()| measured(measure, kinds, kind, f);
     let mut colls = [std::ptr::null_mut(); BATCH];
     for (kind, l) in [("coll start (counted)", shed::MAX_LEVEL), ("coll start (sampled)", 2)] {
         level(b, Some(l));
