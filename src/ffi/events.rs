@@ -20,10 +20,10 @@ use crate::bindings::{
     ncclProfilerEventState_t, ncclResult_t,
 };
 use crate::clock;
-use crate::comm::{self, Comm, Route, shed};
+use crate::comm::{self, Comm, shed};
 use crate::record::handle::{CommId, Context, Handle, Kind};
 use crate::record::sample::{Role, Sample};
-use crate::record::{Algo, Body, CollStart, Func, P2pStart, PHASES, ProxyOpStart};
+use crate::record::{Algo, Body, CollStart, Func, PHASES, ProxyOpStart};
 use crate::stats::STATS;
 
 /// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
@@ -160,12 +160,15 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
                 (_, mut p2p) => {
                     let n = comm.next_p2p();
                     p2p.graph = api_graph(d.parent());
-                    let body = |mut p2p: P2pStart, sample| {
-                        p2p.sample = sample;
-                        Body::P2p(p2p)
-                    };
-                    let root = Root { kind: Kind::P2p, n, ts };
-                    record_root(comm, id, root, p2p, d, body, sampled_p2p, counted_p2p)
+                    let route = comm.route_now();
+                    if route.level > shed::DETAIL {
+                        return sampled_p2p(comm, id, route, n, ts, p2p, d.user_tag(), d.parent());
+                    }
+                    p2p.sample = Sample::new(0, Role::Timed, n as u8);
+                    match comm.start_at(id, Kind::P2p, route, ts, Body::P2p(p2p)) {
+                        Some(handle) => annotated(comm, handle, d.user_tag(), d.parent()),
+                        None => counted_p2p(comm, id, &p2p, d.parent()),
+                    }
                 }
             }
         }
@@ -257,58 +260,19 @@ fn start_only<D: Descriptor>(comm: &Comm, id: CommId, mut coll: CollStart, d: &D
     record_coll(comm, id, n, UNTIMED, coll, d)
 }
 
-/// Records collective `n` of the communicator ([`record_root`]).
+/// Records collective `n` of the communicator at the current window's level: every one up to
+/// [`shed::DETAIL`], else as [`sampled_coll`] decides. One that finds no room is counted
+/// ([`counted_coll`]).
 #[inline(always)]
-fn record_coll<D: Descriptor>(comm: &Comm, id: CommId, n: u64, ts: u64, coll: CollStart, d: &D) -> Option<u64> {
-    let body = |mut coll: CollStart, sample| {
-        coll.sample = sample;
-        Body::Coll(coll)
-    };
-    let root = Root {
-        kind: Kind::Coll,
-        n,
-        ts,
-    };
-    record_root(comm, id, root, coll, d, body, sampled_coll, counted_coll)
-}
-
-/// The out-of-line decision at a sampling level: (communicator, id, route, `n`, `ts`, start,
-/// user tag, parent) to the handle.
-type Sampled<S> = fn(&Comm, CommId, Route, u64, u64, S, u64, u64) -> Option<u64>;
-
-/// Operation `n` of its kind (Coll, P2p) on its communicator, starting at `ts`.
-struct Root {
-    kind: Kind,
-    n: u64,
-    ts: u64,
-}
-
-/// Records the start of operation `root` at the current window's level: every one up to
-/// [`shed::DETAIL`], else as `sampled` decides (out of line); one that finds no room is counted
-/// (`counted`).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn record_root<D: Descriptor, S>(
-    comm: &Comm,
-    id: CommId,
-    root: Root,
-    start: S,
-    d: &D,
-    body: impl Fn(S, Sample) -> Body,
-    sampled: Sampled<S>,
-    counted: fn(&Comm, CommId, &S, u64) -> Option<u64>,
-) -> Option<u64>
-where
-    S: Copy,
-{
+fn record_coll<D: Descriptor>(comm: &Comm, id: CommId, n: u64, ts: u64, mut coll: CollStart, d: &D) -> Option<u64> {
     let route = comm.route_now();
     if route.level > shed::DETAIL {
-        return sampled(comm, id, route, root.n, root.ts, start, d.user_tag(), d.parent());
+        return sampled_coll(comm, id, route, n, ts, coll, d.user_tag(), d.parent());
     }
-    let sample = Sample::new(0, Role::Timed, root.n as u8);
-    match comm.start_at(id, root.kind, route, root.ts, body(start, sample)) {
+    coll.sample = Sample::new(0, Role::Timed, n as u8);
+    match comm.start_at(id, Kind::Coll, route, ts, Body::Coll(coll)) {
         Some(handle) => annotated(comm, handle, d.user_tag(), d.parent()),
-        None => counted(comm, id, &start, d.parent()),
+        None => counted_coll(comm, id, &coll, d.parent()),
     }
 }
 
