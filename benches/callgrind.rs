@@ -24,6 +24,7 @@ use std::path::Path;
 use std::process::Command;
 
 use emulator::{H, pid, ty};
+use nccl_profiler_otel::comm::{self, shed};
 use table::{Bench, Table, kernel_descr, step_descr};
 
 /// Callbacks of one kind per measured batch: fewer than the per-thread memory of recorded
@@ -34,7 +35,7 @@ const BATCHES: usize = 16;
 
 /// Most instructions the plugin may add per callback, by kind, over the empty table (release
 /// build, rustc 1.95, x86_64). Measured values are in docs/benchmarks.md.
-const CEILINGS: [(&str, u64); 19] = [
+const CEILINGS: [(&str, u64); 23] = [
     ("coll start", 585),
     ("coll stop", 100),
     ("send op start", 285),
@@ -47,13 +48,17 @@ const CEILINGS: [(&str, u64); 19] = [
     ("step stop", 105),
     ("send op stop", 105),
     ("kernel start", 205),
-    ("kernel stop state", 135),
+    ("kernel stop state", 140),
     ("kernel stop", 100),
     ("recv op start", 285),
     ("recv step start", 180),
     ("recv step gpu wait", 150),
     ("recv step stop", 100),
     ("recv op stop", 105),
+    ("coll start (counted)", 595),
+    ("coll start (sampled)", 575),
+    ("send op start (bare)", 260),
+    ("step start (shed)", 97),
 ];
 
 /// Counted by callgrind (`--toggle-collect`), then dumped (`--dump-after`): one dump per call.
@@ -63,18 +68,21 @@ fn callgrind_measured(batch: &mut dyn FnMut()) {
     batch()
 }
 
+/// Runs `f`, under callgrind's count when `measure` (its `kind` noted in `kinds`).
+fn measured(measure: bool, kinds: &mut Vec<&'static str>, kind: &'static str, f: &mut dyn FnMut()) {
+    if measure {
+        kinds.push(kind);
+        callgrind_measured(f);
+    } else {
+        f();
+    }
+}
+
 /// Runs the callbacks of one batch per kind, in NCCL's order, over [`BATCH`] collectives
 /// (each: Coll, one send ProxyOp with one step, one kernel channel, one receive ProxyOp with one
 /// step); measured or not. Returns the kinds of the measured calls, in order.
 fn batch(t: &Table, seq: u64, measure: bool, kinds: &mut Vec<&'static str>) {
-    let mut run = |kind: &'static str, f: &mut dyn FnMut()| {
-        if measure {
-            kinds.push(kind);
-            callgrind_measured(f);
-        } else {
-            f();
-        }
-    };
+    let mut run = |kind, f: &mut dyn FnMut()| measured(measure, kinds, kind, f);
     let mut colls = [std::ptr::null_mut(); BATCH];
     let mut ops = colls;
     let mut steps = colls;
@@ -131,6 +139,48 @@ fn batch(t: &Table, seq: u64, measure: bool, kinds: &mut Vec<&'static str>) {
     run("recv op stop", &mut || recvs.iter().for_each(|&h| t.stop(h)));
 }
 
+/// The shedding paths, after [`batch`], at levels forced through the test seam (the consumer
+/// steps between them switch the plugin's window to the level): collectives counted without a
+/// record (the highest level), sampled (level 2: 1 in 2 timed, and predecessors), then bare send
+/// ops and their shed steps (level 1). The empty table runs the same calls.
+fn shedding(b: &mut Bench, plugin: bool, seq: u64, measure: bool, kinds: &mut Vec<&'static str>) {
+    let level = |b: &mut Bench, l: Option<u8>| {
+        if plugin {
+            comm::force_level(l);
+            b.consume();
+        }
+    };
+    let table = |b: &Bench| if plugin { b.plugin_table() } else { b.empty_table() };
+    let mut run = |kind, f: &mut dyn FnMut()| measured(measure, kinds, kind, f);
+    let mut colls = [std::ptr::null_mut(); BATCH];
+    for (kind, l) in [("coll start (counted)", shed::MAX_LEVEL), ("coll start (sampled)", 2)] {
+        level(b, Some(l));
+        let t = table(b);
+        let mut descrs: Vec<_> = (seq..seq + BATCH as u64).map(table::allreduce_descr).collect();
+        run(kind, &mut || {
+            (0..BATCH).for_each(|i| colls[i] = t.start(&mut descrs[i]))
+        });
+        colls.iter().for_each(|&h| t.stop(h));
+    }
+    level(b, Some(shed::DETAIL));
+    let t = table(b);
+    let mut descrs: Vec<_> = (seq..seq + BATCH as u64).map(table::allreduce_descr).collect();
+    (0..BATCH).for_each(|i| colls[i] = t.start(&mut descrs[i]));
+    let mut ops = [std::ptr::null_mut(); BATCH];
+    let mut steps = ops;
+    let op = |parent| emulator::plugin::proxy_op_descr(H(parent), pid(), 0, 1, 0, 1, 1 << 20, true);
+    let mut descrs: Vec<_> = colls.iter().map(|&c| op(c)).collect();
+    run("send op start (bare)", &mut || {
+        (0..BATCH).for_each(|i| ops[i] = t.start(&mut descrs[i]))
+    });
+    let mut descrs: Vec<_> = ops.iter().map(|&op| step_descr(op, 0)).collect();
+    run("step start (shed)", &mut || {
+        (0..BATCH).for_each(|i| steps[i] = t.start(&mut descrs[i]))
+    });
+    ops.iter().chain(&colls).for_each(|&h| t.stop(h));
+    level(b, None);
+}
+
 /// Under valgrind: one warm-up pass, then [`BATCHES`] measured ones; prints each measured
 /// call's kind, one per line, in order.
 fn child(plugin: bool) {
@@ -138,10 +188,12 @@ fn child(plugin: bool) {
     let mut kinds = Vec::new();
     for (i, measure) in std::iter::once(false).chain([true; BATCHES]).enumerate() {
         let t = if plugin { b.plugin_table() } else { b.empty_table() };
-        batch(&t, (i * BATCH) as u64, measure, &mut kinds);
+        let seq = (i * BATCH) as u64;
+        batch(&t, seq, measure, &mut kinds);
         if plugin {
             b.consume();
         }
+        shedding(&mut b, plugin, seq, measure, &mut kinds);
     }
     kinds.iter().for_each(|k| println!("{k}"));
 }

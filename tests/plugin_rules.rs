@@ -9,20 +9,21 @@
 #[path = "support"]
 mod support {
     pub mod emulator;
+    pub mod process;
 }
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nccl_profiler_otel::aggregate::WindowSummary;
-use nccl_profiler_otel::comm::{self, SETTLE};
-use nccl_profiler_otel::record::handle::Context;
+use nccl_profiler_otel::comm::{self, SETTLE, shed};
+use nccl_profiler_otel::record::handle::{Context, Handle, Kind};
 use nccl_profiler_otel::record::{Algo, Datatype, Func, Proto};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use nccl_profiler_otel::{clock, config::Config};
 use parking_lot::Mutex;
-use support::emulator::{self, H, Plugin, pid, ty};
+use support::emulator::{self, H, Plugin, Version, pid, ty};
 
 const CAPACITY: u32 = 4096;
 const COUNT_TRIGGER: u32 = 1000;
@@ -519,8 +520,10 @@ fn time_trigger_and_grace_period_bound_a_window() {
 
 /// With the telemetry thread off nothing is processed: the first window switches to the standby
 /// window armed at `init` when its application lane holds `COUNT_TRIGGER` records, and the second,
-/// with no standby left, takes new events up to 3/4 of that lane's capacity; the rest is kept for
-/// their stops (children have the proxy lane). Every record that finds no room is counted,
+/// with no standby left, sheds more for every further multiple of the trigger (level 2, then 4:
+/// sampled collectives only) and takes new events up to 3/4 of that lane's capacity; the rest is
+/// kept for their stops (children have the proxy lane). Every collective is counted, recorded or
+/// not (one that finds no room too); every other record that finds no room is counted as a drop,
 /// nothing waits.
 #[test]
 fn a_full_window_drops_and_counts_without_waiting() {
@@ -531,8 +534,21 @@ fn a_full_window_drops_and_counts_without_waiting() {
     let handles: Vec<H> = (0..2 * cap)
         .map(|i| p.coll(&c, H::NULL, "AllReduce", "RING", "LL", "ncclInt8", 1, 1, i as u64))
         .collect();
-    let accepted: Vec<H> = handles.iter().copied().filter(|h| !h.is_null()).collect();
+    assert!(handles.iter().all(|h| !h.is_null()), "every collective has a handle");
+    let accepted: Vec<H> = handles.iter().copied().filter(|&h| !shed(h)).collect();
     assert_eq!(accepted.len(), trigger + roots);
+    let comm = comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap();
+    assert_eq!(comm.level_now(), 4, "two further multiples of the trigger");
+    assert_eq!(
+        counted(comm),
+        (2 * cap - accepted.len()) as u64,
+        "the others are counted"
+    );
+    assert_eq!(
+        comm.drop_counts().full,
+        0,
+        "a collective without room is counted, not dropped"
+    );
     // Two children per accepted event go to their parent's window, in its proxy lane, up to
     // that lane's capacity; then drops are counted (the current window has no room either).
     let ops: Vec<H> = accepted
@@ -545,9 +561,8 @@ fn a_full_window_drops_and_counts_without_waiting() {
     // The first window's application lane still has room for its stops, the second for only
     // `cap - roots` of them: the rest are counted.
     accepted.iter().for_each(|&h| p.stop(h));
-    let comm = comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap();
-    let (root_drops, op_drops, stop_drops) = (2 * cap - accepted.len(), ops.len() - fitted, roots - (cap - roots));
-    assert_eq!(comm.drop_counts().full, (root_drops + op_drops + stop_drops) as u64);
+    let (op_drops, stop_drops) = (ops.len() - fitted, roots - (cap - roots));
+    assert_eq!(comm.drop_counts().full, (op_drops + stop_drops) as u64);
     let s = finalize(p, &c);
     assert_eq!(
         s.iter().map(|w| w.stats.records).sum::<u64>(),
@@ -556,6 +571,116 @@ fn a_full_window_drops_and_counts_without_waiting() {
     // Children that found no room (and ops never stopped): times withheld, not short.
     let ops = s.iter().flat_map(|w| &w.colls).flat_map(|g| &g.ops);
     assert!(ops.clone().count() == accepted.len() && ops.clone().all(|o| o.duration.is_none() && o.gpu.is_none()));
+}
+
+/// Whether `h` is the handle of an operation counted without a record.
+fn shed(h: H) -> bool {
+    Handle::decode(h.0 as u64).is_some_and(|h| h.kind() == Kind::Shed)
+}
+
+/// Operations the communicator counted without a record since the last drain (taken).
+fn counted(comm: &comm::Comm) -> u64 {
+    let mut out = Vec::new();
+    comm.counts.drain(&mut out);
+    out.iter().map(|c| c.ops).sum()
+}
+
+/// The live communicator of `c`.
+fn live_comm(c: &emulator::Comm) -> &'static comm::Comm {
+    comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap()
+}
+
+fn kind(h: H) -> Option<Kind> {
+    Handle::decode(h.0 as u64).map(|h| h.kind())
+}
+
+/// Shed levels, forced (process-wide, hence a process of its own): at level 1 proxy ops start
+/// bare and their steps are shed; at the highest level nearly every operation is counted only,
+/// with a handle whose children, states and stop are shed without a record; every operation is
+/// counted, recorded or not; an empty window takes a new level at the consumer's next look.
+#[test]
+fn forced_shed_levels_are_obeyed_by_every_callback() {
+    if !support::process::own_process(module_path!(), "forced_shed_levels_are_obeyed_by_every_callback") {
+        return;
+    }
+    let (p, _) = setup();
+    comm::force_level(Some(shed::DETAIL));
+    let c = new_comm(p, 0, 2);
+    let x = live_comm(&c);
+    assert_eq!(x.level_now(), shed::DETAIL);
+    let coll = p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 256, 1, 0);
+    assert_eq!(kind(coll), Some(Kind::Coll));
+    let send = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, true);
+    let recv = p.proxy_op(c.context, coll, pid(), 0, 1, 0, 1, false);
+    assert_eq!(
+        (kind(send), kind(recv)),
+        (Some(Kind::ProxyOpBare), Some(Kind::RecvOpBare))
+    );
+    let declined = STATS.declined.get();
+    assert!(p.proxy_step(c.context, send, 0, 0).is_null() && p.proxy_step(c.context, recv, 0, 0).is_null());
+    assert_eq!(
+        (x.drop_counts().shed, STATS.declined.get()),
+        (2, declined),
+        "steps shed, not declined"
+    );
+    p.state(recv, ty::OP_IN_PROGRESS, 0);
+    [send, recv, coll].into_iter().for_each(|h| p.stop(h));
+    assert_eq!(x.drop_counts().full + x.drop_counts().late, 0);
+    let s = finalize(p, &c);
+    assert_eq!(
+        s.iter().map(|w| w.stats.records).sum::<u64>(),
+        7,
+        "3 starts, InProgress, 3 stops"
+    );
+
+    comm::force_level(Some(shed::MAX_LEVEL));
+    let c = new_comm(p, 0, 2);
+    let x = live_comm(&c);
+    let colls: Vec<H> = (0..300)
+        .map(|i| p.coll(&c, H::NULL, "AllReduce", "RING", "SIMPLE", "ncclFloat32", 256, 1, i))
+        .collect();
+    let sends: Vec<H> = (0..100)
+        .map(|_| p.p2p(&c, H::NULL, "Send", "ncclFloat32", 256, 1))
+        .collect();
+    let recorded = colls.iter().chain(&sends).filter(|&&h| !shed(h)).count() as u64;
+    assert_eq!(counted(x) + recorded, 400, "every operation counted");
+    let shed_coll = *colls.iter().find(|&&h| shed(h)).unwrap();
+    let op = p.proxy_op(c.context, shed_coll, pid(), 0, 1, 0, 1, true);
+    let kernel = p.kernel_ch(c.context, shed_coll, 0, 1);
+    assert!(shed(op) && shed(kernel), "children of a shed operation");
+    let (before, rejected) = (
+        x.drop_counts().shed,
+        STATS.stale.get() + STATS.null_args.get() + STATS.unknown_states.get(),
+    );
+    assert!(p.proxy_step(c.context, op, 0, 0).is_null());
+    assert!(p.kernel_phase(c.context, kernel, 0, 1, 2).is_null());
+    p.state(kernel, ty::KERNEL_CH_STOP, 3);
+    [op, kernel, shed_coll].into_iter().for_each(|h| p.stop(h));
+    let phases = u64::from(p.driving() >= Version::V7);
+    assert_eq!(
+        x.drop_counts().shed,
+        before + 1 + phases,
+        "the step and the kernel phase"
+    );
+    assert_eq!(
+        STATS.stale.get() + STATS.null_args.get() + STATS.unknown_states.get(),
+        rejected,
+        "nothing rejected"
+    );
+    finalize(p, &c);
+
+    let c = new_comm(p, 0, 2);
+    comm::force_level(Some(2));
+    poll(c.hash, Instant::now());
+    assert_eq!(
+        live_comm(&c).level_now(),
+        2,
+        "the empty window switched to the wanted level"
+    );
+    comm::force_level(None);
+    poll(c.hash, Instant::now());
+    assert_eq!(live_comm(&c).level_now(), 0);
+    finalize(p, &c);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The hot path allocates nothing: 1,000,000 start/state/stop callbacks through the exported table,
-//! counted by a global allocator that watches only the calling thread.
+//! counted by a global allocator that watches only the calling thread; then the shedding paths
+//! (bare ops and shed steps, operations counted without a record).
 
 #[path = "support"]
 mod support {
@@ -11,6 +12,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use nccl_profiler_otel::comm::{self, shed};
 use support::emulator::{self, H, Plugin, pid, ty};
 
 struct Counting;
@@ -85,6 +87,27 @@ fn a_million_hot_path_callbacks_allocate_nothing() {
     }
     WATCHED.with(|w| w.set(false));
     assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "allocations on the hot path");
+    // Shedding: at level 1 ops start bare and their steps are shed; at the highest level nearly
+    // every collective is counted only (the count table), its children shed.
+    comm::force_level(Some(shed::DETAIL));
+    let (bare, _) = p.init(Some("alloc-bare"), 0xA110D, 2, 2, 0);
+    // The first communicator's windows take it too from their next switch: it is done.
+    comm::force_level(Some(shed::MAX_LEVEL));
+    let (counted, _) = p.init(Some("alloc-counted"), 0xA110E, 2, 2, 0);
+    WATCHED.with(|w| w.set(true));
+    for i in 0..20_000 {
+        let coll = p.start(bare.context, &mut coll_descr(i));
+        let op = p.proxy_op(bare.context, coll, pid(), 0, 1, 0, 1, true);
+        let step = p.proxy_step(bare.context, op, 0, 0);
+        [step, op, coll].into_iter().for_each(|h| p.stop(h));
+        let coll = p.start(counted.context, &mut coll_descr(i));
+        let op = p.proxy_op(counted.context, coll, pid(), 0, 1, 0, 1, true);
+        let step = p.proxy_step(counted.context, op, 0, 0);
+        [step, op, coll].into_iter().for_each(|h| p.stop(h));
+    }
+    WATCHED.with(|w| w.set(false));
+    comm::force_level(None);
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "allocations while shedding");
     std::thread::sleep(Duration::from_millis(1));
-    p.finalize(c.context);
+    [c, bare, counted].iter().for_each(|c| p.finalize(c.context));
 }

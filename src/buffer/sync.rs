@@ -7,11 +7,11 @@
 #[cfg(nccl_loom)]
 pub use loom::{
     cell::UnsafeCell,
-    sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering},
 };
 
 #[cfg(not(nccl_loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
+pub use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 /// `std`'s `UnsafeCell` with loom's `with`/`with_mut` access API.
 #[cfg(not(nccl_loom))]

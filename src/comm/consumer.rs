@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::shed::{Controller, SLOT_BYTES, Signals};
-use super::{Comm, LIVE, LOST, Locked, NONE, SETTLE, WINDOWS, route, split};
+use super::{Comm, LIVE, LOST, Locked, NONE, Route, SETTLE, WINDOWS, forced};
 use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::lifetime::Life;
 use crate::aggregate::link::{self, summarize_in};
@@ -123,6 +123,11 @@ impl Consumer {
             active: Instant::now(),
             released: false,
         }
+    }
+
+    /// The shed level the next window gets: the controller's, unless a test forces one.
+    pub(super) fn wanted_level(&self) -> u8 {
+        forced().unwrap_or_else(|| self.shed.level())
     }
 
     /// Starts over for a newly registered communicator, window 0 current.
@@ -335,7 +340,8 @@ impl Comm {
         let summaries = self.process_all(&mut c, secs_per_tick);
         if let Some(next) = c.windows().iter().position(|w| w.open()) {
             self.make_current(&mut c, next, Instant::now());
-            self.route.store(route(next as u8, NONE), Ordering::Relaxed);
+            let level = Consumer::wanted_level(&c);
+            self.route.store(Route::alone(next as u8, level).pack(), Ordering::Relaxed);
             self.arm(&c);
         }
         summaries
@@ -346,7 +352,13 @@ impl Comm {
     fn process_all(&self, c: &mut Locked<'_>, secs_per_tick: f64) -> Vec<WindowSummary> {
         // The armed standby (or an orphan of a race) holds nothing: back to READY, unreported.
         // One atomic step, so that a producer switching at this moment is not undone.
-        self.route.fetch_or(route(0, NONE), Ordering::AcqRel);
+        let none = Route {
+            current: 0,
+            standby: NONE,
+            level: 0,
+            standby_level: 0,
+        };
+        self.route.fetch_or(none.pack(), Ordering::AcqRel);
         let current = self.current_window();
         for (i, w) in c.windows().into_iter().enumerate() {
             if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
@@ -412,10 +424,16 @@ impl Comm {
         let seen = self.route.load(Ordering::Acquire);
         // AcqRel: a producer's switch either came first (the exchange fails: not idle after all)
         // or finds no standby.
-        if split(seen).1 != NONE
+        let r = Route::unpack(seen);
+        let alone = Route {
+            standby: NONE,
+            standby_level: r.level,
+            ..r
+        };
+        if r.standby != NONE
             && self
                 .route
-                .compare_exchange(seen, route(cur as u8, NONE), Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(seen, alone.pack(), Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
         {
             return Vec::new();
@@ -466,7 +484,9 @@ impl Comm {
     }
 
     /// Catches up with switches of the current window, closes it on the count or time trigger
-    /// (switching to the standby window), and arms a standby window when there is none.
+    /// (switching to the standby window), and arms a standby window when there is none. An
+    /// empty current window whose shed level is not the wanted one switches too: operations
+    /// counted without a record claim nothing, so neither trigger would ever fire.
     fn rotate_if_due(&self, c: &mut Locked<'_>, now: Instant) {
         self.notice(c, now);
         let cur = c.current;
@@ -475,7 +495,8 @@ impl Comm {
         if claimed == 0 && due {
             c.tracks[cur].since = now;
         }
-        if claimed >= self.count_trigger || claimed > 0 && due {
+        let relevel = claimed == 0 && self.level_now() != Consumer::wanted_level(c);
+        if claimed >= self.count_trigger || claimed > 0 && due || relevel {
             // Without a standby (no READY window) the current one keeps filling (until full:
             // drops are counted).
             self.arm(c);
@@ -506,34 +527,55 @@ impl Comm {
     }
 
     /// Arms a standby window for producers to switch to, when none is: an opened empty window
-    /// nobody points at (left by a race), else a READY one, opened now.
+    /// nobody points at (left by a race), else a READY one, opened now; at the level the
+    /// consumer wants ([`Consumer::wanted_level`]). An armed standby takes that level too.
     pub(super) fn arm(&self, c: &Locked<'_>) {
-        // Acquire: pairs with a producer's switch. With no standby armed no producer changes
-        // the route: it stays as read until the store below (the caller holds the consumer lock).
-        let seen = self.route.load(Ordering::Acquire);
-        let (current, standby) = split(seen);
-        if standby != NONE {
-            return;
-        }
-        let current = usize::from(current) % WINDOWS;
-        let others = || {
-            (1..WINDOWS)
-                .map(move |k| (c.current + k) % WINDOWS)
-                .filter(move |&i| i != current)
-        };
-        let armed = others()
-            .find(|&i| self.windows[i].state() == WindowState::Filling && self.windows[i].claimed() == 0)
-            .or_else(|| others().find(|&i| c.windows()[i].open()));
-        if let Some(i) = armed {
+        let level = Consumer::wanted_level(c);
+        // Acquire: pairs with a producer's switch. The route changes under us only by a switch
+        // (when a standby is armed) or an escalation (when none is): a failed exchange looks again.
+        let mut seen = self.route.load(Ordering::Acquire);
+        loop {
+            let r = Route::unpack(seen);
+            let next = if r.standby != NONE {
+                if r.standby_level == level {
+                    return;
+                }
+                Route {
+                    standby_level: level,
+                    ..r
+                }
+            } else {
+                let current = usize::from(r.current) % WINDOWS;
+                let others = || {
+                    (1..WINDOWS)
+                        .map(move |k| (c.current + k) % WINDOWS)
+                        .filter(move |&i| i != current)
+                };
+                let armed = others()
+                    .find(|&i| self.windows[i].state() == WindowState::Filling && self.windows[i].claimed() == 0)
+                    .or_else(|| others().find(|&i| c.windows()[i].open()));
+                let Some(i) = armed else { return };
+                Route {
+                    standby: i as u8,
+                    standby_level: level,
+                    ..r
+                }
+            };
             // Release: the window's opening is visible to the producer that takes it.
-            self.route.store(route(current as u8, i as u8), Ordering::Release);
+            match self
+                .route
+                .compare_exchange(seen, next.pack(), Ordering::Release, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => seen = actual,
+            }
         }
     }
 
     /// The window new events go to now (producers may switch it at any time).
     fn current_window(&self) -> usize {
         // Acquire: pairs with a producer's switch, so the standby's opening is visible.
-        usize::from(split(self.route.load(Ordering::Acquire)).0) % WINDOWS
+        usize::from(Route::unpack(self.route.load(Ordering::Acquire)).current) % WINDOWS
     }
 
     /// Makes `next` the window the consumer knows as current, numbered as the next cycle.
@@ -635,7 +677,7 @@ impl Comm {
                     stopped: has_bit(&t.stopped, at),
                 };
                 let mut life = before;
-                t.open += i64::from(life.read(&record.body, h.kind() == Kind::RecvOp));
+                t.open += i64::from(life.read(&record.body, h.kind().base() == Kind::RecvOp));
                 if life != before {
                     for (bits, set) in [
                         (&mut t.started, life.started),

@@ -3,7 +3,8 @@
 //! a child of an earlier root, while the consumer's tick switches to the standby window, closes
 //! the window it replaced and arms the next. Whatever the interleaving: nothing is dropped while
 //! a window has room, every handle names the window and slot holding its start, every stop lands
-//! once, and one window is current and FILLING.
+//! once, and one window is current and FILLING. A second model races a root escalating the
+//! level of a window past its trigger with no standby against the consumer arming one.
 //! Run: `bash .ci/loom.sh`.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
@@ -12,8 +13,8 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 
-use super::tests::{coll, live_with, proxy_op};
-use super::{Comm, DropCounts, NONE, Ordering, WINDOWS, split};
+use super::tests::{coll, live_with, no_standby, proxy_op};
+use super::{Comm, DropCounts, NONE, WINDOWS};
 use crate::buffer::window::WindowState;
 use crate::record::Body;
 use crate::record::handle::LANES;
@@ -71,8 +72,8 @@ fn routing_while_the_consumer_switches_windows() {
             let stops = count(&comm, h.encode(), |b| matches!(b, Body::Stop));
             assert_eq!(stops, 1, "one stop of {h:?}");
         }
-        let (cur, standby) = split(comm.route.load(Ordering::Relaxed));
-        let cur = usize::from(cur);
+        let r = comm.route_now();
+        let (cur, standby) = (usize::from(r.current), r.standby);
         assert_eq!(comm.windows[cur].state(), WindowState::Filling);
         if standby != NONE {
             let s = usize::from(standby);
@@ -80,5 +81,34 @@ fn routing_while_the_consumer_switches_windows() {
             assert_eq!(comm.windows[s].state(), WindowState::Filling);
             assert_eq!(comm.windows[s].claimed(), 0, "the standby window is empty");
         }
+    });
+}
+
+#[test]
+fn escalation_while_the_consumer_arms() {
+    loom::model(|| {
+        // Switching at 1 claim, no standby: the second root holds two multiples of the trigger.
+        let (comm, _) = live_with(8, 1);
+        no_standby(&comm);
+        let comm = Arc::new(comm);
+        coll(&comm, 1).expect("a window has room");
+        let user = {
+            let comm = comm.clone();
+            thread::spawn(move || coll(&comm, 2).expect("a window has room"))
+        };
+        comm.arm(&comm.windows.lock());
+        let h = user.join().unwrap();
+
+        // The root went to window 0, the current one when it started. Then it found the
+        // standby and switched to it (level 0), or found none and escalated window 0 (to 2: the
+        // consumer's arming keeps that level), or found none and then the standby armed.
+        assert_eq!(h.window(), 0);
+        let r = comm.route_now();
+        match r.current {
+            0 => assert!(r.standby == 1 && matches!(r.level, 0 | 2), "{r:?}"),
+            _ => assert_eq!((r.current, r.level, r.standby), (1, 0, NONE), "{r:?}"),
+        }
+        assert_eq!(comm.windows[usize::from(r.current)].state(), WindowState::Filling);
+        assert_eq!(comm.drop_counts(), DropCounts::default(), "nothing dropped");
     });
 }

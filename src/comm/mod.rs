@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::buffer::sync::{AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use crate::buffer::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use crate::buffer::window::{Held, Window, Windows};
 use crate::config::Config;
 use crate::record::CommMeta;
@@ -60,14 +60,75 @@ type Locked<'a> = Held<'a, Consumer, WINDOWS>;
 /// The standby of [`Comm::route`] when no window is armed.
 const NONE: u8 = u8::MAX;
 
-/// [`Comm::route`]'s value for a current window and a standby.
-const fn route(current: u8, standby: u8) -> u16 {
-    current as u16 | (standby as u16) << 8
+
+/// A [`Comm::route`] value: the current window and the standby, with their shed levels
+/// ([`shed`]). While no standby is armed, `standby_level` keeps the level the current window
+/// started at, from which the producers' escalation counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The FILLING window new events go to.
+    pub current: u8,
+    /// The armed standby window, or [`NONE`].
+    pub standby: u8,
+    /// The current window's shed level.
+    pub level: u8,
+    /// The standby window's shed level (see the type's doc when none is armed).
+    pub standby_level: u8,
 }
 
-/// The (current, standby) windows of a [`Comm::route`] value.
-const fn split(route: u16) -> (u8, u8) {
-    (route as u8, (route >> 8) as u8)
+impl Route {
+    /// `current` with no standby, at `level`.
+    const fn alone(current: u8, level: u8) -> Route {
+        Route {
+            current,
+            standby: NONE,
+            level,
+            standby_level: level,
+        }
+    }
+
+    /// The atomic's value.
+    const fn pack(self) -> u32 {
+        u32::from_le_bytes([self.current, self.standby, self.level, self.standby_level])
+    }
+
+    /// The route of an atomic's value.
+    #[inline(always)]
+    const fn unpack(bits: u32) -> Route {
+        let [current, standby, level, standby_level] = bits.to_le_bytes();
+        Route {
+            current,
+            standby,
+            level,
+            standby_level,
+        }
+    }
+}
+
+/// The shed level forced for every communicator's next windows (`u16::MAX`: none).
+#[cfg(any(test, feature = "testing"))]
+static FORCED: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(u16::MAX);
+
+/// Test seam: forces the shed level of every communicator's windows from their next switch on
+/// (`None`: the controller decides again). The consumer arms standbys at this level and
+/// switches an empty current window whose level differs.
+#[cfg(any(test, feature = "testing"))]
+pub fn force_level(level: Option<u8>) {
+    let value = level.map_or(u16::MAX, |l| u16::from(l.min(shed::MAX_LEVEL)));
+    FORCED.store(value, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The level [`force_level`] set, if any.
+#[inline(always)]
+fn forced() -> Option<u8> {
+    #[cfg(any(test, feature = "testing"))]
+    {
+        u8::try_from(FORCED.load(std::sync::atomic::Ordering::SeqCst)).ok()
+    }
+    #[cfg(not(any(test, feature = "testing")))]
+    {
+        None
+    }
 }
 /// A CLOSING window waits at least this long for children of its last roots (a ProxyOp can
 /// start just after its Coll stopped), then until nothing is open, at most the grace period.
@@ -137,8 +198,9 @@ pub struct Comm {
     /// Standby: an opened, empty window the current one switches to ([`NONE`]: none armed yet);
     /// the consumer arms it, and the first root to claim [`Comm::count_trigger`] slots in its lane
     /// of the current window, or the consumer's own trigger, makes it current, so a busy window
-    /// never waits for the telemetry thread to be scheduled.
-    route: AtomicU16,
+    /// never waits for the telemetry thread to be scheduled. With each window its shed level
+    /// ([`Route`]): the hot path reads the current window and its level in one load.
+    route: AtomicU32,
     /// Claims a new event may take in its lane of the current window.
     root_limit: u64,
     /// Claims in a lane of the current window (or, for the consumer, in all of them) that switch
@@ -156,8 +218,23 @@ pub struct Comm {
     born: [AtomicU32; WINDOWS],
     /// Drop counters (cumulative since `init`; consumers diff them).
     pub drops: CachePadded<Drops>,
-    /// Operations counted without a record (shed under overload); the consumer drains it.
-    pub counts: CachePadded<counts::Counts>,
+    /// Operations counted without a record (shed under overload); the consumer drains it. On
+    /// the heap: it is most of a communicator's size.
+    pub counts: Box<CachePadded<counts::Counts>>,
+    /// The plugin's own numbering of the communicator's operations, the key of the sample.
+    ops: CachePadded<OpCounts>,
+    /// Ranks in the communicator (0 when `init` did not tell: ABI v1–v3).
+    nranks: AtomicI32,
+}
+
+/// The starts of a communicator's operations so far, counted before any decline or drop, so
+/// that every rank numbers the same operations the same way: collectives (Coll, CeColl, API
+/// collectives) and, apart, P2P sends (local to the rank). Atomic: CUDA graph replays start
+/// Coll events on CUDA's host-callback thread, which may race the user thread.
+#[derive(Default)]
+struct OpCounts {
+    colls: AtomicU64,
+    p2ps: AtomicU64,
 }
 
 impl Comm {
@@ -170,7 +247,7 @@ impl Comm {
             hash_tag: AtomicU64::new(0),
             learned_hash: AtomicU64::new(0),
             learned_rank: AtomicI32::new(-1),
-            route: AtomicU16::new(route(0, NONE)),
+            route: AtomicU32::new(Route::alone(0, 0).pack()),
             root_limit,
             count_trigger: u64::from(config.count_trigger).min(root_limit),
             windows: Windows::new([w()?, w()?, w()?, w()?], Consumer::new(config)),
@@ -178,7 +255,9 @@ impl Comm {
             lost_held: AtomicBool::new(false),
             born: std::array::from_fn(|_| AtomicU32::new(0)),
             drops: CachePadded::new(Drops::default()),
-            counts: CachePadded::new(counts::Counts::default()),
+            counts: Box::new(CachePadded::new(counts::Counts::default())),
+            ops: CachePadded::new(OpCounts::default()),
+            nranks: AtomicI32::new(0),
         })
     }
 
@@ -189,6 +268,9 @@ impl Comm {
         self.hash_tag.store(Context::tag(meta.hash), Ordering::Relaxed);
         self.learned_hash.store(meta.hash, Ordering::Relaxed);
         self.learned_rank.store(meta.rank, Ordering::Relaxed);
+        self.nranks.store(meta.nranks, Ordering::Relaxed);
+        self.ops.colls.store(0, Ordering::Relaxed);
+        self.ops.p2ps.store(0, Ordering::Relaxed);
         c.reset(meta, config);
         self.drops.reset();
         self.lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
@@ -197,7 +279,8 @@ impl Comm {
             born.store(window.epoch(), Ordering::Relaxed);
         }
         c.windows()[0].open();
-        self.route.store(route(0, NONE), Ordering::Relaxed);
+        let level = Consumer::wanted_level(c);
+        self.route.store(Route::alone(0, level).pack(), Ordering::Relaxed);
         self.arm(c);
         // Release: everything above is visible to whoever sees the communicator live.
         self.state.store(generation | LIVE, Ordering::Release);
@@ -221,6 +304,12 @@ impl Comm {
             self.learned_hash.store(hash, Ordering::Relaxed);
             self.learned_rank.store(rank, Ordering::Release);
         }
+    }
+
+    /// The current window's shed level ([`shed`]), as the hot path reads it now. Called on: the
+    /// telemetry thread (and tests).
+    pub fn level_now(&self) -> u8 {
+        Route::unpack(self.route.load(Ordering::Acquire)).level
     }
 
     /// Snapshot of the drop counters.

@@ -2,14 +2,15 @@
 //! allocation-free. Every record goes to its event kind's lane ([`Kind::lane`]) of the chosen
 //! window. New events go to the current FILLING window up to [`super::ROOT_SHARE`] of their
 //! lane's capacity; the one that fills its lane to the count trigger switches to the armed
-//! standby window (two atomics, once per window); children go to their parent's window while it
-//! takes records, else to the current one; states and stops go to their event's window.
+//! standby window (two atomics, once per window), or, with none armed, raises the window's shed
+//! level (escalation); children go to their parent's window while it takes records, else to the
+//! current one; states and stops go to their event's window.
 //! Called on: NCCL's user, proxy and profiler threads.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::Ordering;
 
-use super::{Comm, LOST, NONE, route, split};
+use super::{Comm, LOST, NONE, Route, forced, shed};
 use crate::buffer::window::{Claim, Entry, MakeId, WindowState};
 use crate::record::Body;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind};
@@ -29,7 +30,6 @@ impl Comm {
         let Some(entry) = Entry::new(kind.lane(), ts, body) else {
             return self.dropped_start(id, parent);
         };
-        let push = |w: u8, limit: Option<u64>| self.push_start(id, kind, w, limit, entry);
         // A child goes to its parent's window; when that is full or sealed, to the current one
         // (the consumer's table of open operations links it). A parent of an earlier
         // communicator in this slot is stale (counted), not ours.
@@ -38,7 +38,7 @@ impl Comm {
                 if self.stale(p.window(), p.epoch()) {
                     return None;
                 }
-            } else if let Some((h, index)) = push(p.window(), None) {
+            } else if let Some((h, index)) = self.push_start(id, kind, p.window(), None, entry) {
                 // Children fill the proxy and kernel lanes: they switch windows too (nothing
                 // happens unless the parent's window is current).
                 if self.reached_trigger(p.window(), index) {
@@ -47,22 +47,77 @@ impl Comm {
                 return Some(h);
             }
         }
-        // Relaxed: `push` synchronises with the window's opening through its cursor.
-        let cur = split(self.route.load(Ordering::Relaxed)).0;
-        let handle = match push(cur, Some(self.root_limit)) {
+        self.start_current(id, kind, self.route_now(), entry)
+            .or_else(|| self.dropped_start(id, parent))
+    }
+
+    /// Records the start of a new operation of `kind` (Coll, P2p) in the current window of
+    /// `route` (as [`Comm::route_now`] read it); `None` when no window has space, not counted
+    /// as a drop: the caller counts the operation without its record instead.
+    /// Called on: NCCL user threads; lock-free, allocation-free.
+    #[inline(always)]
+    pub fn start_at(&self, id: CommId, kind: Kind, route: Route, ts: u64, body: Body) -> Option<u64> {
+        let Some(entry) = Entry::new(kind.lane(), ts, body) else {
+            return self.dropped_start(id, None);
+        };
+        self.start_current(id, kind, route, entry)
+    }
+
+    /// The current window and its shed level, in one load. Called on: NCCL's threads.
+    #[inline(always)]
+    pub fn route_now(&self) -> Route {
+        // Relaxed: a push synchronises with the window's opening through its cursor.
+        Route::unpack(self.route.load(Ordering::Relaxed))
+    }
+
+    /// The number of the collective starting now on this communicator (0, 1, …).
+    #[inline(always)]
+    pub fn next_coll(&self) -> u64 {
+        self.ops.colls.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The number of the P2P send starting now on this communicator (0, 1, …).
+    #[inline(always)]
+    pub fn next_p2p(&self) -> u64 {
+        self.ops.p2ps.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The communicator's hash as learned (from `init`, or its first Coll/P2p on v1–v3): the
+    /// seed of its sample.
+    #[inline(always)]
+    pub fn learned_hash(&self) -> u64 {
+        self.learned_hash.load(Ordering::Relaxed)
+    }
+
+    /// Ranks in the communicator; 0 when unknown (ABI v1–v3).
+    #[inline(always)]
+    pub fn nranks(&self) -> i32 {
+        self.nranks.load(Ordering::Relaxed)
+    }
+
+    /// Puts a new event's start in the current window of `route`, up to the root limit; the
+    /// one that brings it to the count trigger switches to the standby, or, with none armed,
+    /// raises its level ([`Comm::escalate`]). `None` (not counted) when no window has room.
+    #[inline(always)]
+    fn start_current(&self, id: CommId, kind: Kind, route: Route, entry: Entry) -> Option<u64> {
+        let cur = route.current;
+        match self.push_start(id, kind, cur, Some(self.root_limit), entry) {
             Some((h, index)) => {
-                if self.reached_trigger(cur, index) {
-                    self.switch_to_standby(cur);
+                if self.reached_trigger(cur, index) && !self.switch_to_standby(cur) {
+                    self.escalate(cur);
                 }
                 Some(h)
             }
             None if self.switch_to_standby(cur) => {
-                let cur = split(self.route.load(Ordering::Relaxed)).0;
-                push(cur, Some(self.root_limit)).map(|(h, _)| h)
+                let cur = self.route_now().current;
+                self.push_start(id, kind, cur, Some(self.root_limit), entry)
+                    .map(|(h, _)| h)
             }
-            None => None,
-        };
-        handle.or_else(|| self.dropped_start(id, parent))
+            None => {
+                self.escalate(cur);
+                None
+            }
+        }
     }
 
     /// Counts a start no window took; a child's parent loses its complete times.
@@ -113,30 +168,63 @@ impl Comm {
         Some((handle, claim.index))
     }
 
-    /// Makes the standby window current in place of `cur`, if `cur` still is and a standby is
-    /// armed; returns whether `cur` is no longer current. Called on: NCCL user and proxy
-    /// threads (the root that filled the window to the count trigger), the telemetry thread.
+    /// Makes the standby window current in place of `cur`, at the standby's level, if `cur`
+    /// still is and a standby is armed; returns whether `cur` is no longer current. Called on:
+    /// NCCL user and proxy threads (the root that filled the window to the count trigger), the
+    /// telemetry thread.
     #[cold]
     pub(super) fn switch_to_standby(&self, cur: u8) -> bool {
         // Every new event past the trigger comes here while no window is armed: a plain load
         // keeps that cheap.
         let mut seen = self.route.load(Ordering::Relaxed);
         loop {
-            let (now, next) = split(seen);
-            if now != cur {
+            let r = Route::unpack(seen);
+            if r.current != cur {
                 return true;
             }
-            if next == NONE {
+            if r.standby == NONE {
                 return false;
             }
+            let next = Route::alone(r.standby, forced().unwrap_or(r.standby_level));
             // Acquire: the standby window's opening (Release in `arm`) is visible before any
             // record goes to it. A failure means another thread switched (or the consumer
             // re-armed): look again.
             match self
                 .route
-                .compare_exchange_weak(seen, route(next, NONE), Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange_weak(seen, next.pack(), Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => return true,
+                Err(actual) => seen = actual,
+            }
+        }
+    }
+
+    /// The current window `cur` reached its count trigger with no standby armed (the consumer
+    /// lags): instead of filling toward the root share at its level, it sheds more. Its level
+    /// becomes the one it started at plus 2 for every further multiple of the count trigger
+    /// its lanes hold (each step keeps about a quarter of the records), at most
+    /// [`shed::MAX_LEVEL`]; every later start reads it from the route. Called on: NCCL user
+    /// threads, past the trigger.
+    #[cold]
+    fn escalate(&self, cur: u8) {
+        let Some(window) = self.windows.get(usize::from(cur)) else {
+            return;
+        };
+        let multiples = window.claimed() / self.count_trigger.max(1);
+        let steps = multiples.saturating_sub(1).min(u64::from(shed::MAX_LEVEL)) as u8;
+        let mut seen = self.route.load(Ordering::Relaxed);
+        loop {
+            let r = Route::unpack(seen);
+            let wanted = r.standby_level.saturating_add(2 * steps).min(shed::MAX_LEVEL);
+            if r.current != cur || r.standby != NONE || wanted <= r.level {
+                return;
+            }
+            let raised = Route { level: wanted, ..r };
+            match self
+                .route
+                .compare_exchange_weak(seen, raised.pack(), Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
                 Err(actual) => seen = actual,
             }
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
 
-use super::{Comm, NONE, ROOT_SHARE, SETTLE, route, split};
+use super::{Comm, ROOT_SHARE, Route, SETTLE};
 use crate::aggregate::{CommMeta, WindowSummary};
 use crate::config::Config;
 use crate::record::handle::{CommId, Handle, Kind};
@@ -43,9 +43,9 @@ pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Comm, Instant) {
 
 /// Takes the armed standby window away, as when every other window is still being processed:
 /// the current window then keeps filling.
-fn no_standby(comm: &Comm) {
-    let current = split(comm.route.load(Ordering::Relaxed)).0;
-    comm.route.store(route(current, NONE), Ordering::Relaxed);
+pub(super) fn no_standby(comm: &Comm) {
+    let r = comm.route_now();
+    comm.route.store(Route::alone(r.current, r.level).pack(), Ordering::Relaxed);
 }
 
 pub(super) fn coll(comm: &Comm, ts: u64) -> Option<Handle> {
@@ -155,6 +155,27 @@ fn new_events_leave_room_for_the_stops_of_those_already_in() {
         2,
         "a full window drops and counts, never waits"
     );
+}
+
+/// With no standby armed, a window past its count trigger sheds more instead of filling: its
+/// level rises by 2 for every further multiple of the trigger its lanes hold, up to the highest
+/// level; the next switch takes the level the consumer armed.
+#[test]
+fn a_window_past_its_trigger_with_no_standby_escalates_its_level() {
+    let (comm, t0) = live_with(64, 4);
+    no_standby(&comm);
+    let level_after = |roots: u64| {
+        (0..roots).for_each(|i| assert!(coll(&comm, i).is_some()));
+        comm.level_now()
+    };
+    assert_eq!(level_after(7), 0, "below twice the trigger");
+    assert_eq!(level_after(1), 2, "8 claims: one further multiple");
+    assert_eq!(level_after(4), 4);
+    assert_eq!(level_after(36), super::shed::MAX_LEVEL, "48 claims, capped");
+    assert_eq!(comm.drop_counts(), Default::default());
+    comm.rotate(t0 + 2 * INTERVAL);
+    assert_eq!(comm.route_now().current, 1);
+    assert_eq!(comm.level_now(), 0, "the standby's level");
 }
 
 #[test]
@@ -295,7 +316,7 @@ fn a_window_filled_to_the_trigger_switches_without_the_consumer() {
     assert!(no_window(poll(&comm, t0, Duration::from_millis(1))));
     let done = poll(&comm, t0, SETTLE + Duration::from_millis(1));
     assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2 * first as u64);
-    assert_eq!(split(comm.route.load(Ordering::Relaxed)).1, 2);
+    assert_eq!(comm.route_now().standby, 2);
 }
 
 /// Operations counted without a record reach the first summary of the next pass (a summary of
@@ -336,12 +357,12 @@ fn an_idle_communicator_gives_its_windows_back() {
     let done = poll(&comm, t0, INTERVAL + SETTLE);
     assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2);
     assert!(!comm.is_idle(), "not an interval yet");
-    let before = split(comm.route.load(Ordering::Relaxed)).0;
+    let before = comm.route_now().current;
     assert!(no_window(poll(&comm, t0, 2 * INTERVAL + SETTLE)));
     assert!(comm.is_idle());
-    let (cur, standby) = split(comm.route.load(Ordering::Relaxed));
+    let Route { current: cur, standby, .. } = comm.route_now();
     assert_ne!(cur, before, "the current window was switched for a released one");
-    assert_ne!(standby, NONE, "a standby is armed again");
+    assert_ne!(standby, super::NONE, "a standby is armed again");
     let others = (0..4u8).filter(|&i| i != cur && i != standby);
     assert!(others.into_iter().all(|i| comm.windows[usize::from(i)].state() == WindowState::Ready));
     let later = coll(&comm, 40).unwrap();

@@ -10,6 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
+use super::shedding::{bare_state, counted_coll, counted_p2p, sampled_coll, sampled_p2p, shed_detail, shed_handle};
 use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, Filled, StateArgs, legacy};
 use crate::bindings;
 use crate::bindings::{
@@ -19,8 +20,9 @@ use crate::bindings::{
     ncclProfilerEventState_t, ncclResult_t,
 };
 use crate::clock;
-use crate::comm::{self, Comm};
+use crate::comm::{self, Comm, shed};
 use crate::record::handle::{CommId, Context, Handle, Kind};
+use crate::record::sample::{Role, Sample};
 use crate::record::{Algo, Body, CollStart, Func, PHASES, ProxyOpStart};
 use crate::stats::STATS;
 
@@ -88,12 +90,16 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
         PROXY_STEP => match Handle::decode(d.parent()).map(|p| (p, p.kind())) {
             Some((parent, Kind::ProxyOp)) => start_step::<D, false>(owner, parent, d),
             Some((parent, Kind::RecvOp)) => start_step::<D, true>(owner, parent, d),
+            Some((parent, Kind::ProxyOpBare | Kind::RecvOpBare | Kind::Shed)) => shed_detail(owner, parent),
             _ => declined(),
         },
         KERNEL_CH => {
-            let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]) else {
+            let Some(parent) = own_parent(d.parent(), &[Kind::Coll, Kind::P2p, Kind::Shed]) else {
                 return declined();
             };
+            if parent.kind() == Kind::Shed {
+                return live(owner, parent.comm_slot()).map(|(id, _)| shed_handle(id.slot));
+            }
             let (id, comm) = live(owner, parent.comm_slot())?;
             let Some((channel, gpu_start)) = d.kernel_ch() else {
                 return declined(); // v3: no GPU time
@@ -106,9 +112,12 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             comm.start(id, Kind::KernelCh, Some(parent), UNTIMED, body)
         }
         KERNEL_PHASE => {
-            let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh]) else {
+            let Some(parent) = own_parent(d.parent(), &[Kind::KernelCh, Kind::Shed]) else {
                 return declined();
             };
+            if parent.kind() == Kind::Shed {
+                return shed_detail(owner, parent);
+            }
             let (id, comm) = live(owner, parent.comm_slot())?;
             let Some((phase, gpu_start)) = d.kernel_phase() else {
                 STATS.unknown_types.incr(); // a table without the member
@@ -134,13 +143,13 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             let ts = clock::now();
             let (id, comm) = local(owner, context)?;
             identify(comm, d);
+            let n = comm.next_coll();
             let mut coll = d.coll()?;
             if d.symmetric() {
                 coll.algo = Algo::Symmetric;
             }
             coll.graph = api_graph(d.parent());
-            let handle = comm.start(id, Kind::Coll, None, ts, Body::Coll(coll))?;
-            annotated(comm, handle, d.user_tag(), d.parent())
+            record_coll(comm, id, n, ts, coll, d)
         }
         P2P => {
             let ts = clock::now();
@@ -149,9 +158,17 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
             match d.p2p()? {
                 (Func::Recv, _) => declined(),
                 (_, mut p2p) => {
+                    let n = comm.next_p2p();
                     p2p.graph = api_graph(d.parent());
-                    let handle = comm.start(id, Kind::P2p, None, ts, Body::P2p(p2p))?;
-                    annotated(comm, handle, d.user_tag(), d.parent())
+                    let route = comm.route_now();
+                    if route.level > shed::DETAIL {
+                        return sampled_p2p(comm, id, route, n, ts, p2p, d.user_tag(), d.parent());
+                    }
+                    p2p.sample = Sample::new(0, Role::Timed, n as u8);
+                    match comm.start_at(id, Kind::P2p, route, ts, Body::P2p(p2p)) {
+                        Some(handle) => annotated(comm, handle, d.user_tag(), d.parent()),
+                        None => counted_p2p(comm, id, &p2p, d.parent()),
+                    }
                 }
             }
         }
@@ -238,9 +255,25 @@ fn start_api<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
 
 /// Records a collective that has no Coll event (CeColl, an API Broadcast), as a Coll.
 fn start_only<D: Descriptor>(comm: &Comm, id: CommId, mut coll: CollStart, d: &D) -> Option<u64> {
+    let n = comm.next_coll();
     coll.graph = coll.graph.or_else(|| api_graph(d.parent()));
-    let handle = comm.start(id, Kind::Coll, None, UNTIMED, Body::Coll(coll))?;
-    annotated(comm, handle, d.user_tag(), d.parent())
+    record_coll(comm, id, n, UNTIMED, coll, d)
+}
+
+/// Records collective `n` of the communicator at the current window's level: every one up to
+/// [`shed::DETAIL`], else as [`sampled_coll`] decides. One that finds no room is counted
+/// ([`counted_coll`]).
+#[inline(always)]
+fn record_coll<D: Descriptor>(comm: &Comm, id: CommId, n: u64, ts: u64, mut coll: CollStart, d: &D) -> Option<u64> {
+    let route = comm.route_now();
+    if route.level > shed::DETAIL {
+        return sampled_coll(comm, id, route, n, ts, coll, d.user_tag(), d.parent());
+    }
+    coll.sample = Sample::new(0, Role::Timed, n as u8);
+    match comm.start_at(id, Kind::Coll, route, ts, Body::Coll(coll)) {
+        Some(handle) => annotated(comm, handle, d.user_tag(), d.parent()),
+        None => counted_coll(comm, id, &coll, d.parent()),
+    }
 }
 
 /// A handle with no record behind it (Group, CollApi/P2pApi) whose slot bits carry `value`;
@@ -262,7 +295,7 @@ fn api_graph(parent: u64) -> Option<bool> {
 
 /// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7),
 /// and a Claim when its parent is a recorded API call.
-fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
+pub(super) fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
     let api = Handle::decode(parent).is_some_and(|p| p.kind() == Kind::ApiCall);
     if (tag != 0 || api)
         && let Some(h) = Handle::decode(handle)
@@ -283,14 +316,19 @@ fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
 /// another process tagged: PID namespaces let PIDs coincide) carries another process's context
 /// and parent: neither is decoded as ours; a send is attributed to our communicator with the
 /// same hash, under the originating rank (v4+: v1–v3 contexts know no hash); a receive is
-/// declined.
+/// declined. From shed level 1 on, ops start bare ([`Kind::ProxyOpBare`], [`Kind::RecvOpBare`]:
+/// their steps are shed) and PXN ops are shed; an op of a counted-only operation gets a
+/// [`Kind::Shed`] handle.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let op = d.proxy_op()?;
     let tagged_elsewhere = Context::decode(context).is_some_and(|c| !c.is_ours());
     let own = op.pid == OWN_PID.load(Ordering::Relaxed) && !tagged_elsewhere;
     let mut origin = 0;
     let (id, comm, parent) = if own {
-        let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p]);
+        let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p, Kind::Shed]);
+        if let Some(p) = parent.filter(|p| p.kind() == Kind::Shed) {
+            return live(owner, p.comm_slot()).map(|(id, _)| shed_handle(id.slot));
+        }
         // NCCL 2.23 gives a ProxyOp the context of the last op that shares its proxy arguments
         // (spec 8.2.1): on v1–v3 its parent names its communicator.
         match parent.filter(|_| D::LEGACY).and_then(|p| comm::get_slot(p.comm_slot())) {
@@ -311,6 +349,11 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         };
         STATS.foreign_ops.incr();
         owner.set(Some((id, comm)));
+        if comm.route_now().level >= shed::DETAIL {
+            // Link detail only.
+            comm.drops.shed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let foreign = d.parent();
         origin = (foreign ^ foreign >> 32) as u32 | 1;
         (id, comm, None)
@@ -333,7 +376,13 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         send: op.is_send,
         origin,
     });
-    let kind = if op.is_send { Kind::ProxyOp } else { Kind::RecvOp };
+    let bare = comm.route_now().level >= shed::DETAIL;
+    let kind = match (op.is_send, bare) {
+        (true, false) => Kind::ProxyOp,
+        (false, false) => Kind::RecvOp,
+        (true, true) => Kind::ProxyOpBare,
+        (false, true) => Kind::RecvOpBare,
+    };
     let handle = comm.start(id, kind, parent, UNTIMED, body)?;
     // v1–v3: only network ops get events, and all of them stop (spec 8.1); no InProgress says so.
     if D::LEGACY
@@ -361,7 +410,7 @@ pub(super) fn local(owner: &Owner, context: u64) -> Option<(CommId, &'static Com
 }
 
 /// The communicator live in registry slot `slot`, with its id; counted as stale otherwise.
-fn live(owner: &Owner, slot: u16) -> Option<(CommId, &'static Comm)> {
+pub(super) fn live(owner: &Owner, slot: u16) -> Option<(CommId, &'static Comm)> {
     let found = comm::get_slot(slot);
     match found {
         Some(_) => owner.set(found),
@@ -428,8 +477,12 @@ fn first_fifo_wait(h: Handle, steps: i32) -> bool {
 pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -> ncclResult_t {
     // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
     // clock before anything else so the time is the callback's.
-    let timed = Handle::decode(handle as u64)
-        .is_some_and(|h| matches!(h.kind(), Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep));
+    let timed = Handle::decode(handle as u64).is_some_and(|h| {
+        matches!(
+            h.kind(),
+            Kind::ProxyOp | Kind::RecvOp | Kind::ProxyStep | Kind::ProxyOpBare | Kind::RecvOpBare
+        )
+    });
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
         if ABI <= 2 && handle.is_null() {
@@ -437,10 +490,13 @@ pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -
             return;
         }
         let Some(h) = decode(handle) else { return };
-        // Group and API events are not stopped in records, and a KernelPhase ends with its
+        // Group, API and shed events are not stopped in records, and a KernelPhase ends with its
         // KernelPhaseStop: their stops are ignored before the communicator is looked up, live
         // or stale alike (as ignored states are).
-        if matches!(h.kind(), Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase) {
+        if matches!(
+            h.kind(),
+            Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase | Kind::Shed
+        ) {
             return;
         }
         if let Some((_, comm)) = live(owner, h.comm_slot()) {
@@ -520,6 +576,8 @@ pub(super) fn record_event_state<A: StateArgs>(
                 None => (ts, None),
             }
         }
+        // Bare and shed events: out of line.
+        (Kind::ProxyOpBare | Kind::RecvOpBare | Kind::Shed, _) => return bare_state(owner, h, state, ts, abi),
         // ProxyStep send/receive waits but SendWait and RecvGPUWait; ProxyOp legacy states and
         // InProgress.
         (

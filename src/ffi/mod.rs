@@ -1,6 +1,6 @@
 //! The C boundary: the exported `ncclProfiler_v1` to `_v7` tables and their `extern "C"` callbacks
 //! (`tables`), the guard they all run in (`guard`), and the generic bodies of the hot-path
-//! callbacks (`events`) and of `init`/`finalize` (`lifecycle`). The seven tables are the crate's
+//! callbacks (`events`, with `shedding` under overload) and of `init`/`finalize` (`lifecycle`). The seven tables are the crate's
 //! public API; the rest is private.
 //!
 //! Every entry point runs inside `guard::guarded` (a panic is caught, counted and answered with
@@ -14,6 +14,7 @@
 mod events;
 mod guard;
 mod lifecycle;
+mod shedding;
 mod tables;
 
 pub use tables::{

@@ -19,7 +19,9 @@
 //! callbacks = records delivered in summaries (sinks and polls)
 //!           + STATS deltas (null_args, stale, unknown_types, unknown_states, declined (Group
 //!                           handles included), foreign_unmatched, panics)
-//!           + communicator drops (full, late, unpublished), read before each finalize
+//!           + communicator drops (full, late, unpublished, shed), read before each finalize
+//!           + operations counted without a record (shed: a record-less handle) and their
+//!             ops and kernel channels
 //!           + silently ignored calls (Group stops; states NCCL defines for the event's type
 //!             that the plugin does not use; a repeated SendPeerWait of a step, or on v1–v3
 //!             SendRemFifoWait of an op's transfer, which the calling
@@ -965,15 +967,22 @@ impl Run {
         assert_ne!(h, SENTINEL, "*eHandle must always be written (type {ty:?})");
         if h != 0 {
             let decoded = Handle::decode(h).expect("a handle we were given decodes");
-            // A receive ProxyOp and its steps get kinds of their own.
+            // A receive ProxyOp and its steps get kinds of their own, as do ops without steps.
             let kind = Some(match decoded.kind() {
-                Kind::RecvOp => Kind::ProxyOp,
+                Kind::RecvOp | Kind::ProxyOpBare | Kind::RecvOpBare => Kind::ProxyOp,
                 Kind::RecvStep => Kind::ProxyStep,
                 k => k,
             });
             let api = ty == Some(COLL_API) && matches!(kind, Some(Kind::Api | Kind::ApiCall));
+            // An operation counted without a record (shed, or no room), and its ops and kernel
+            // channels.
+            let shed = kind == Some(Kind::Shed)
+                && matches!(
+                    ty.and_then(kind_of),
+                    Some(Kind::Coll | Kind::P2p | Kind::ProxyOp | Kind::KernelCh)
+                );
             assert!(
-                api || kind == ty.and_then(kind_of),
+                api || shed || kind == ty.and_then(kind_of),
                 "handle kind {kind:?} matches the event type {ty:?}"
             );
             assert!(
@@ -982,10 +991,14 @@ impl Run {
             );
             if matches!(decoded.kind(), Kind::Group | Kind::Api) {
                 self.tally.group_handles.fetch_add(1, Relaxed);
+            } else if shed && (decoded.window(), decoded.epoch(), decoded.slot()) == (0, 0, 0) {
+                // Counted in the communicator's table, or (ops, channels) nothing at all. A shed
+                // operation under a recorded API call has its claim as its record instead.
+                self.tally.silent.fetch_add(1, Relaxed);
             } else {
                 self.tally.recorded_starts.fetch_add(1, Relaxed);
             }
-            if self.abi.legacy() && decoded.kind() == Kind::RecvOp {
+            if self.abi.legacy() && matches!(decoded.kind(), Kind::RecvOp | Kind::RecvOpBare) {
                 self.tally.added.fetch_add(1, Relaxed);
             }
             // A Coll or P2p under a recorded API call claims it with a record of its own.
@@ -1011,6 +1024,13 @@ impl Run {
             // v1–v3: a receive op's RecvPosted and RecvReceived are recorded (or, without args,
             // counted).
             Kind::RecvOp if self.abi.legacy() && matches!(state, 4 | 5) => false,
+            // Ops without steps: their v1–v3 transfer states are shed (counted), a receive's
+            // InProgress recorded, the rest ignored; anything of a shed event ignored.
+            Kind::ProxyOpBare if self.abi.legacy() && state <= 7 => false,
+            Kind::RecvOpBare if self.abi.legacy() && matches!(state, 4 | 5) => false,
+            Kind::ProxyOpBare => silently_ignored_state(Kind::ProxyOp, state),
+            Kind::RecvOpBare => silently_ignored_state(Kind::RecvOp, state),
+            Kind::Shed => true,
             kind => silently_ignored_state(kind, state),
         };
         // Ignored states are ignored before the communicator is looked up: live or stale alike.
@@ -1041,9 +1061,12 @@ impl Run {
         self.call();
         // Ignored before the communicator is looked up: live or stale alike (a check of the slot
         // here could see it live and the plugin, a moment later, finalized).
-        if Handle::decode(handle)
-            .is_some_and(|h| matches!(h.kind(), Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase))
-        {
+        if Handle::decode(handle).is_some_and(|h| {
+            matches!(
+                h.kind(),
+                Kind::Group | Kind::Api | Kind::ApiCall | Kind::KernelPhase | Kind::Shed
+            )
+        }) {
             self.tally.silent.fetch_add(1, Relaxed);
         }
         let rc = unsafe { (self.abi.stop())(handle as *mut c_void) };
@@ -1132,7 +1155,9 @@ impl Run {
             .and_then(|c| comm::get(c.comm))
             .expect("a live entry's communicator is live");
         let d = comm.drop_counts();
-        self.tally.drops.fetch_add(d.full + d.late + d.unpublished, Relaxed);
+        self.tally
+            .drops
+            .fetch_add(d.full + d.late + d.unpublished + d.shed, Relaxed);
         self.call();
         self.tally.finalizes.fetch_add(1, Relaxed);
         let rc = unsafe { (self.abi.finalize())(context as *mut c_void) };
