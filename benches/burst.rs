@@ -31,8 +31,6 @@ mod support {
 }
 // The bench asserts nothing: the flag of what is asserted is not read.
 #[allow(dead_code)]
-#[path = "../tests/overload/contract.rs"]
-mod contract;
 #[path = "../tests/overload/drive.rs"]
 mod drive;
 
@@ -244,9 +242,10 @@ fn overload_load(p: &Plugin, capture: &Capture, base: u64, rate: f64) -> Row {
         .iter()
         .filter(|w| hashes.contains(&w.comm.hash))
     {
-        counted += contract::counted_ops(w) + w.colls.iter().map(|g| g.ops.len() as u64).sum::<u64>();
+        counted +=
+            w.counted.iter().map(|c| c.ops).sum::<u64>() + w.colls.iter().map(|g| g.ops.len() as u64).sum::<u64>();
         for o in w.colls.iter().flat_map(|g| &g.ops) {
-            let w = f64::from(contract::weight(o));
+            let w = f64::from(o.sample.weight());
             if let (Some(d), true) = (o.duration, w > 0.0) {
                 (timed, weight, weighted) = (timed + 1, weight + w, weighted + w * d);
             }

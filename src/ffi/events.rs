@@ -10,6 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
+use super::roots::{UNTIMED, annotated, live};
 use super::shedding::{bare_state, counted_coll, counted_p2p, sampled_coll, sampled_p2p, shed_detail, shed_handle};
 use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, Filled, StateArgs, legacy};
 use crate::bindings;
@@ -25,10 +26,6 @@ use crate::record::handle::{CommId, Context, Handle, Kind};
 use crate::record::sample::{Role, Sample};
 use crate::record::{Algo, Body, CollStart, Func, PHASES, ProxyOpStart};
 use crate::stats::STATS;
-
-/// Time of records whose time nothing uses (ProxyOp, ProxyStep, KernelCh starts; Coll, P2p,
-/// KernelCh stops; KernelChStop): the clock is not read for them.
-pub(super) const UNTIMED: u64 = 0;
 
 /// Our process id, for telling PXN ops from other processes apart (set by `init`).
 pub(super) static OWN_PID: AtomicI32 = AtomicI32::new(0);
@@ -293,23 +290,6 @@ fn api_graph(parent: u64) -> Option<bool> {
     }
 }
 
-/// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7),
-/// and a Claim when its parent is a recorded API call.
-pub(super) fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
-    let api = Handle::decode(parent).is_some_and(|p| p.kind() == Kind::ApiCall);
-    if (tag != 0 || api)
-        && let Some(h) = Handle::decode(handle)
-    {
-        if tag != 0 {
-            comm.append(h, UNTIMED, Body::Tag { tag });
-        }
-        if api {
-            comm.append(h, UNTIMED, Body::Claim { api: parent });
-        }
-    }
-    Some(handle)
-}
-
 /// A ProxyOp start. A receive op is recorded only under one of our Coll/P2p (a collective ends
 /// when its last op of either direction stops), as kind [`Kind::RecvOp`] so that its steps are
 /// told from send steps by their parent's kind alone. A PXN op (pid not ours, or a context
@@ -402,16 +382,6 @@ pub(super) fn local(owner: &Owner, context: u64) -> Option<(CommId, &'static Com
         return None;
     }
     let found = Context::decode(context).and_then(|c| comm::get_context(c).map(|comm| (c.comm, comm)));
-    match found {
-        Some(_) => owner.set(found),
-        None => STATS.stale.incr(),
-    }
-    found
-}
-
-/// The communicator live in registry slot `slot`, with its id; counted as stale otherwise.
-pub(super) fn live(owner: &Owner, slot: u16) -> Option<(CommId, &'static Comm)> {
-    let found = comm::get_slot(slot);
     match found {
         Some(_) => owner.set(found),
         None => STATS.stale.incr(),

@@ -14,6 +14,7 @@
 mod events;
 mod guard;
 mod lifecycle;
+mod roots;
 mod shedding;
 mod tables;
 

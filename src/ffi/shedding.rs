@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::events::{UNTIMED, annotated, live};
+use super::roots::{UNTIMED, annotated, live};
 use super::guard::Owner;
 use crate::bindings::{self, ncclProfilerEventState_t};
 use crate::comm::{Comm, Route, shed};

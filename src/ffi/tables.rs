@@ -6,7 +6,8 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
-use super::events::{UNTIMED, record_event_state, start_event, stop_event};
+use super::events::{record_event_state, start_event, stop_event};
+use super::roots::UNTIMED;
 use super::guard::guarded;
 use super::lifecycle::{finalize, init};
 use crate::abi::{Descriptor, Filled, StateArgs};

@@ -7,7 +7,7 @@ use nccl_profiler_otel::comm;
 
 use crate::drive::{self, Load, Tally};
 use crate::support::emulator::{Plugin, logger};
-use crate::{Calibration, Capture, Seen, THREADS, begin, comms, contract};
+use crate::{Calibration, Capture, Seen, THREADS, begin, comms};
 
 /// How long each load runs.
 const RUN: Duration = Duration::from_millis(1000);
@@ -36,9 +36,9 @@ fn overload(
         .collect()
 }
 
-/// Prints a load's figures; asserts every operation counted, and (when `timed_share` is set) that
-/// share timed at least, and the weighted mean within 5 %.
-fn check(name: &str, runs: &[(Tally, Seen)], timed_share: Option<f64>) {
+/// Prints a load's figures; asserts every operation counted, and (when `unbiased`) the weighted
+/// mean of the timed ones within 5 % of the mean over all of them.
+fn check(name: &str, runs: &[(Tally, Seen)], unbiased: bool) {
     for (i, (t, s)) in runs.iter().enumerate() {
         let error = s.mean() / t.mean() - 1.0;
         let timed = s.timed as f64 / t.issued as f64;
@@ -52,15 +52,12 @@ fn check(name: &str, runs: &[(Tally, Seen)], timed_share: Option<f64>) {
             t.mean() * 1e6,
             100.0 * error
         );
-        if contract::MERGED {
-            assert_eq!(
-                s.recorded + s.counted,
-                t.issued,
-                "{name} comm {i}: every operation counted"
-            );
-            if let Some(share) = timed_share {
-                assert!(timed >= share, "{name} comm {i}: {:.1} % timed", 100.0 * timed);
-            }
+        assert_eq!(
+            s.recorded + s.counted,
+            t.issued,
+            "{name} comm {i}: every operation counted"
+        );
+        if unbiased {
             assert!(
                 error.abs() <= 0.05,
                 "{name} comm {i}: weighted mean off by {:+.1} %",
@@ -77,15 +74,18 @@ fn counted_timed_unbiased_at_3x_and_10x() {
     let keeper = comms(&p, 0x0E00_0000, 1);
     let cal = Calibration::get(&p, capture);
     let three = overload(&p, capture, &cal, 0x0E20_0000, 3.0, Load::paced(0.0, RUN));
-    check("3×", &three, None);
+    check("3×", &three, true);
     std::thread::sleep(4 * crate::INTERVAL);
     let ten = overload(&p, capture, &cal, 0x0E30_0000, 10.0, Load::paced(0.0, RUN));
-    check("10×", &ten, Some(0.10));
+    // At 10× the throttled consumer falls further behind than children may wait for their
+    // operation's window: the operations whose stops came too late have no time, and which
+    // ones those are depends on the level (docs/benchmarks.md, overload): counts only.
+    check("10×", &ten, false);
     // Larger weights: every window at k = 4 (1 in 16 timed).
-    contract::force_level(Some(1 + 4));
+    comm::force_level(Some(1 + 4));
     let forced = overload(&p, capture, &cal, 0x0E40_0000, 3.0, Load::paced(0.0, RUN / 2));
-    contract::force_level(None);
-    check("k = 4", &forced, None);
+    comm::force_level(None);
+    check("k = 4", &forced, true);
     std::thread::sleep(3 * crate::INTERVAL);
     let lines: Vec<String> = logger::lines().into_iter().map(|l| l.text).collect();
     let said = |what: &str| lines.iter().any(|l| l.contains(what));
@@ -94,10 +94,8 @@ fn counted_timed_unbiased_at_3x_and_10x() {
         said("overload: shedding"),
         said("overload over")
     );
-    if contract::MERGED {
-        assert!(said("overload: shedding records"), "the start of shedding is logged");
-        assert!(said("overload over after"), "its end is logged");
-    }
+    assert!(said("overload: shedding records"), "the start of shedding is logged");
+    assert!(said("overload over after"), "its end is logged");
     keeper.iter().for_each(|c| p.finalize(c.context));
 }
 
@@ -112,11 +110,11 @@ fn ranks_at_adjacent_levels_keep_nested_samples() {
     };
     let mut runs = Vec::new();
     for (rank, level) in [(0, 3), (1, 4)] {
-        contract::force_level(Some(level));
+        comm::force_level(Some(level));
         let (c, _) = p.init(Some("nested"), 0x0E50_0000, 1, 2, rank);
         let tally = drive::run(&p, &[c], 1, load);
         p.finalize(c.context);
-        contract::force_level(None);
+        comm::force_level(None);
         runs.push((tally[0].issued, capture.seen_rank(0x0E50_0000, Some(rank)).samples));
     }
     // Both ranks ran for the same time: compare the collectives both issued (sizes name them).
@@ -135,12 +133,10 @@ fn ranks_at_adjacent_levels_keep_nested_samples() {
         lower.len(),
         higher.len()
     );
-    if contract::MERGED {
-        assert_eq!(outside, 0, "the higher level's sample is within the lower one's");
-        let share = lower.len() as f64 / both as f64;
-        assert!((share - 0.25).abs() < 0.1, "k = 2: about 1 in 4 timed, got {share:.2}");
-        assert!(!higher.is_empty(), "k = 3 times some");
-    }
+    assert_eq!(outside, 0, "the higher level's sample is within the lower one's");
+    let share = lower.len() as f64 / both as f64;
+    assert!((share - 0.25).abs() < 0.1, "k = 2: about 1 in 4 timed, got {share:.2}");
+    assert!(!higher.is_empty(), "k = 3 times some");
 }
 
 /// CUDA graph replays: every Coll start of a replay carries the captured sequence number (0 here),
@@ -149,7 +145,7 @@ fn ranks_at_adjacent_levels_keep_nested_samples() {
 #[test]
 fn graph_replays_are_counted_and_sampled_by_count() {
     let Some((_serial, capture, p)) = begin() else { return };
-    contract::force_level(Some(1 + 2));
+    comm::force_level(Some(1 + 2));
     let load = Load {
         frozen_seq: true,
         ..Load::paced(1000.0, Duration::from_millis(400))
@@ -157,7 +153,7 @@ fn graph_replays_are_counted_and_sampled_by_count() {
     let cs = comms(&p, 0x0E60_0000, 1);
     let tally = drive::run(&p, &cs, 1, load);
     p.finalize(cs[0].context);
-    contract::force_level(None);
+    comm::force_level(None);
     let seen = capture.seen(0x0E60_0000);
     let share = seen.timed as f64 / tally[0].issued as f64;
     println!(
@@ -167,13 +163,11 @@ fn graph_replays_are_counted_and_sampled_by_count() {
         seen.counted,
         100.0 * share
     );
-    if contract::MERGED {
-        assert_eq!(seen.recorded + seen.counted, tally[0].issued, "every replay counted");
-        assert!(
-            (share - 0.25).abs() < 0.1,
-            "k = 2 on frozen sequence numbers: about 1 in 4 timed"
-        );
-    }
+    assert_eq!(seen.recorded + seen.counted, tally[0].issued, "every replay counted");
+    assert!(
+        (share - 0.25).abs() < 0.1,
+        "k = 2 on frozen sequence numbers: about 1 in 4 timed"
+    );
 }
 
 /// NCCL's RAS may set every bit of the activation mask: every event type still arrives (here:
@@ -206,9 +200,7 @@ fn an_overwritten_mask_still_sheds() {
             "mask all bits, comm {i}: issued {}, recorded {}, counted {}, highest level {top}",
             t.issued, seen.recorded, seen.counted
         );
-        if contract::MERGED {
-            assert_eq!(seen.recorded + seen.counted, t.issued, "every operation counted");
-        }
+        assert_eq!(seen.recorded + seen.counted, t.issued, "every operation counted");
     }
     assert!(top > 0, "the controller raised the level");
 }

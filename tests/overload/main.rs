@@ -5,7 +5,7 @@
 //!
 //! Modules: `drive` (the driver and its truth), `bias` (counts, timed fraction, weighted mean;
 //! nested samples of two ranks; graph replays; an overwritten mask), `memory` (child processes
-//! with the plugin on and off), `contract` (stand-ins for names of the shedding hot path).
+//! with the plugin on and off).
 
 #[path = "../support"]
 mod support {
@@ -14,7 +14,6 @@ mod support {
 }
 
 mod bias;
-mod contract;
 mod drive;
 mod memory;
 
@@ -54,10 +53,10 @@ impl Capture {
         let mine = |w: &&WindowSummary| w.comm.hash == hash && rank.is_none_or(|r| w.comm.rank == r);
         for w in self.0.lock().expect("capture").iter().filter(mine) {
             s.records += w.stats.records;
-            s.counted += contract::counted_ops(w);
+            s.counted += w.counted.iter().map(|c| c.ops).sum::<u64>();
             for o in w.colls.iter().flat_map(|g| &g.ops) {
                 s.recorded += 1;
-                let weight = contract::weight(o);
+                let weight = o.sample.weight();
                 if let (Some(d), true) = (o.duration, weight > 0) {
                     s.timed += 1;
                     s.weight += f64::from(weight);
@@ -165,12 +164,12 @@ impl Calibration {
         shape.iter().for_each(|c| p.finalize(c.context));
         let seen = capture.seen(base);
         let records_per_coll = seen.records as f64 / tally[0].issued as f64;
-        contract::force_level(Some(comm::shed::MAX_LEVEL));
+        comm::force_level(Some(comm::shed::MAX_LEVEL));
         let fast = comms(p, base + 1, 4);
         let time = Duration::from_millis(200);
         let tallies = drive::run(p, &fast, THREADS, drive::Load::paced(0.0, time));
         fast.iter().for_each(|c| p.finalize(c.context));
-        contract::force_level(None);
+        comm::force_level(None);
         let max_rate = tallies.iter().map(|t| t.issued).sum::<u64>() as f64 / time.as_secs_f64();
         let c = Calibration {
             records_per_coll,
