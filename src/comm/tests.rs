@@ -219,7 +219,9 @@ fn a_stop_racing_its_window_cycle_is_counted_late() {
     // Four windows later window 0 fills again, in a new epoch.
     for k in 1..=4 {
         let at = INTERVAL * k;
-        assert!(no_window(poll(&comm, t0, at)));
+        let got = poll(&comm, t0, at);
+        eprintln!("DBG k {k} {:?}", got.iter().map(|s| (s.stats.windows, s.stats.records, s.stats.forced)).collect::<Vec<_>>());
+        assert!(no_window(got));
         assert_eq!(
             poll(&comm, t0, at + SETTLE)
                 .iter()
@@ -262,8 +264,9 @@ fn a_lost_child_withholds_its_own_window_cycle_only() {
     let mut ops = Vec::new();
     for k in 1..=4 {
         let at = INTERVAL * k;
-        assert!(no_window(poll(&comm, t0, at)));
-        for s in poll(&comm, t0, at + SETTLE) {
+        // The drop makes the controller shed detail: a window whose level changes may close
+        // on that edge rather than on its time trigger.
+        for s in poll(&comm, t0, at).into_iter().chain(poll(&comm, t0, at + SETTLE)) {
             ops.extend(s.colls.iter().flat_map(|g| g.ops.iter().map(|o| o.duration)));
         }
         let r = coll(&comm, 100 * u64::from(k)).unwrap();

@@ -8,8 +8,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::roots::{UNTIMED, annotated, live};
 use super::guard::Owner;
+use super::roots::{UNTIMED, annotated, live};
 use crate::bindings::{self, ncclProfilerEventState_t};
 use crate::comm::{Comm, Route, shed};
 use crate::record::counted::CountKey;

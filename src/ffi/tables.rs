@@ -7,9 +7,9 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 use super::events::{record_event_state, start_event, stop_event};
-use super::roots::UNTIMED;
 use super::guard::guarded;
 use super::lifecycle::{finalize, init};
+use super::roots::UNTIMED;
 use crate::abi::{Descriptor, Filled, StateArgs};
 use crate::bindings::{
     ncclDebugLogger_t, ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
