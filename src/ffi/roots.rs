@@ -15,6 +15,7 @@ pub(super) const UNTIMED: u64 = 0;
 
 /// The Coll/P2p `handle`, with a Tag record after its start when the application tagged it (v7),
 /// and a Claim when its parent is a recorded API call.
+#[inline]
 pub(super) fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Option<u64> {
     let api = Handle::decode(parent).is_some_and(|p| p.kind() == Kind::ApiCall);
     if (tag != 0 || api)
@@ -31,6 +32,7 @@ pub(super) fn annotated(comm: &Comm, handle: u64, tag: u64, parent: u64) -> Opti
 }
 
 /// The communicator live in registry slot `slot`, with its id; counted as stale otherwise.
+#[inline]
 pub(super) fn live(owner: &Owner, slot: u16) -> Option<(CommId, &'static Comm)> {
     let found = comm::get_slot(slot);
     match found {
