@@ -39,10 +39,12 @@ impl Comm {
                     return None;
                 }
             } else if let Some((h, index)) = self.push_start(id, kind, p.window(), None, entry) {
-                // Children fill the proxy and kernel lanes: they switch windows too (nothing
-                // happens unless the parent's window is current).
-                if self.reached_trigger(p.window(), index) {
-                    self.switch_to_standby(p.window());
+                // Children fill the proxy and kernel lanes: they switch windows too, or raise the
+                // level when no standby is armed (nothing happens unless the parent's window is
+                // current), so that the steps of the operations that follow are shed before
+                // their lane fills.
+                if self.reached_trigger(p.window(), index) && !self.switch_to_standby(p.window()) {
+                    self.escalate(p.window());
                 }
                 return Some(h);
             }
@@ -200,11 +202,11 @@ impl Comm {
     }
 
     /// The current window `cur` reached its count trigger with no standby armed (the consumer
-    /// lags): instead of filling toward the root share at its level, it sheds more. Its level
+    /// lags): instead of filling toward its lanes' capacity at its level, it sheds more. Its level
     /// becomes the one it started at plus 2 for every further multiple of the count trigger
     /// its lanes hold (each step keeps about a quarter of the records), at most
     /// [`shed::MAX_LEVEL`]; every later start reads it from the route. Called on: NCCL user
-    /// threads, past the trigger.
+    /// and proxy threads, past the trigger.
     #[cold]
     fn escalate(&self, cur: u8) {
         let Some(window) = self.windows.get(usize::from(cur)) else {

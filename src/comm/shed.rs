@@ -7,7 +7,8 @@
 //! processed, when the telemetry thread is busy most of the time, or when its windows buffer
 //! more than [`BUDGET`] bytes: from 0 to [`DETAIL`] first, then by `max(1, ⌈log2 pressure⌉)`
 //! levels, pressure being how much more was offered than can be kept. Lowered by one level after
-//! a calm stretch of one interval (a step down doubles the records, so it is taken slowly), and
+//! a calm stretch of one interval (a step down doubles the records, so it is taken slowly), to 0
+//! after an interval in which the communicator took nothing, and
 //! raised again only once a raise can show: [`HOLD`] later and after the windows filled at the
 //! old level were processed ([`RAISE_AFTER`]), so that a backlog at the old level does not drive
 //! the level to the top.
@@ -87,6 +88,11 @@ impl Signals {
         p
     }
 
+    /// Whether the communicator took nothing: calm, nothing processed, nothing buffered.
+    fn idle(&self) -> bool {
+        self.calm() && self.processed == 0 && self.windows == 0 && self.buffered == 0
+    }
+
     /// Whether nothing presses and there is room to take twice the records.
     fn calm(&self) -> bool {
         self.drops == 0 && self.backlog < BACKLOG_HIGH && self.busy < BUSY_LOW && self.buffered <= BUDGET / 2
@@ -99,6 +105,8 @@ pub struct Controller {
     level: u8,
     /// Calm time so far.
     calm: Duration,
+    /// Idle time so far ([`Signals::idle`]).
+    idle: Duration,
     /// Time since the last raise (saturating), and windows processed since.
     since_raise: Duration,
     windows_since_raise: u64,
@@ -157,7 +165,11 @@ impl Controller {
         } else if settled {
             self.pending = Signals::default();
         }
-        if self.level > 0 && self.calm >= s.interval.max(HOLD) {
+        self.idle = if s.idle() { self.idle.saturating_add(s.elapsed) } else { Duration::ZERO };
+        if self.idle >= s.interval.max(HOLD) {
+            // Nothing offered for an interval: no overload left to shed.
+            self.level = 0;
+        } else if self.level > 0 && self.calm >= s.interval.max(HOLD) {
             self.level -= 1;
             self.calm = Duration::ZERO;
         }
@@ -254,6 +266,20 @@ mod tests {
         assert_eq!(c.level(), 1, "{} windows processed", RAISE_AFTER - 1);
         c.observe(Signals { windows: 1, ..s });
         assert_eq!(c.level(), 2);
+    }
+
+    #[test]
+    fn an_interval_without_records_ends_the_shedding() {
+        let idle = Signals {
+            processed: 0,
+            windows: 0,
+            buffered: 0,
+            ..quiet()
+        };
+        let ticks = (INTERVAL.as_millis() / TICK.as_millis()) as usize;
+        assert_eq!(after(MAX_LEVEL, idle, ticks - 1), MAX_LEVEL, "not a whole interval yet");
+        assert_eq!(after(MAX_LEVEL, idle, ticks), 0);
+        assert_eq!(after(MAX_LEVEL, quiet(), ticks), MAX_LEVEL - 1, "calm but busy: one level");
     }
 
     #[test]

@@ -36,9 +36,10 @@ fn overload(
         .collect()
 }
 
-/// Prints a load's figures; asserts every operation counted, and (when `unbiased`) the weighted
-/// mean of the timed ones within 5 % of the mean over all of them.
-fn check(name: &str, runs: &[(Tally, Seen)], unbiased: bool) {
+/// Prints a load's figures; asserts every operation counted, at least `timed_share` of them
+/// timed, and (when `unbiased`) the weighted mean of the timed ones within 5 % of the mean over
+/// all of them.
+fn check(name: &str, runs: &[(Tally, Seen)], timed_share: f64, unbiased: bool) {
     for (i, (t, s)) in runs.iter().enumerate() {
         let error = s.mean() / t.mean() - 1.0;
         let timed = s.timed as f64 / t.issued as f64;
@@ -57,6 +58,7 @@ fn check(name: &str, runs: &[(Tally, Seen)], unbiased: bool) {
             t.issued,
             "{name} comm {i}: every operation counted"
         );
+        assert!(timed >= timed_share, "{name} comm {i}: {:.1} % timed", 100.0 * timed);
         if unbiased {
             assert!(
                 error.abs() <= 0.05,
@@ -74,18 +76,18 @@ fn counted_timed_unbiased_at_3x_and_10x() {
     let keeper = comms(&p, 0x0E00_0000, 1);
     let cal = Calibration::get(&p, capture);
     let three = overload(&p, capture, &cal, 0x0E20_0000, 3.0, Load::paced(0.0, RUN));
-    check("3×", &three, true);
+    check("3×", &three, 0.10, true);
     std::thread::sleep(4 * crate::INTERVAL);
     let ten = overload(&p, capture, &cal, 0x0E30_0000, 10.0, Load::paced(0.0, RUN));
-    // At 10× the throttled consumer falls further behind than children may wait for their
-    // operation's window: the operations whose stops came too late have no time, and which
-    // ones those are depends on the level (docs/benchmarks.md, overload): counts only.
-    check("10×", &ten, false);
+    // At 10× the weighted mean is printed, not asserted: in this debug build on a busy VM a
+    // communicator's is off by up to 13 % now and then (docs/benchmarks.md has the release
+    // build's, within 0.1 %).
+    check("10×", &ten, 0.10, false);
     // Larger weights: every window at k = 4 (1 in 16 timed).
     comm::force_level(Some(1 + 4));
     let forced = overload(&p, capture, &cal, 0x0E40_0000, 3.0, Load::paced(0.0, RUN / 2));
     comm::force_level(None);
-    check("k = 4", &forced, true);
+    check("k = 4", &forced, 0.0, true);
     std::thread::sleep(3 * crate::INTERVAL);
     let lines: Vec<String> = logger::lines().into_iter().map(|l| l.text).collect();
     let said = |what: &str| lines.iter().any(|l| l.contains(what));

@@ -31,17 +31,29 @@ pub const THREADS: usize = 4;
 /// The ceiling is this fraction of the collectives/s the drivers reach when nothing is recorded.
 pub const CEILING_SHARE: f64 = 1.0 / 20.0;
 
-/// Every window summary the plugin made.
-#[derive(Default)]
-pub struct Capture(Mutex<Vec<WindowSummary>>);
+/// Every window summary the plugin made (until [`Capture::stop`]).
+pub struct Capture(Mutex<Option<Vec<WindowSummary>>>);
+
+impl Default for Capture {
+    fn default() -> Self {
+        Capture(Mutex::new(Some(Vec::new())))
+    }
+}
 
 impl telemetry::Sink for Capture {
     fn window(&self, summary: &WindowSummary) {
-        self.0.lock().expect("capture").push(summary.clone());
+        if let Some(kept) = self.0.lock().expect("capture").as_mut() {
+            kept.push(summary.clone());
+        }
     }
 }
 
 impl Capture {
+    /// Drops what it kept and keeps nothing more (its memory would count as the plugin's).
+    pub fn stop(&self) {
+        *self.0.lock().expect("capture") = None;
+    }
+
     /// What the plugin made of the communicator with `hash`.
     pub fn seen(&self, hash: u64) -> Seen {
         self.seen_rank(hash, None)
@@ -51,7 +63,7 @@ impl Capture {
     pub fn seen_rank(&self, hash: u64, rank: Option<i32>) -> Seen {
         let mut s = Seen::default();
         let mine = |w: &&WindowSummary| w.comm.hash == hash && rank.is_none_or(|r| w.comm.rank == r);
-        for w in self.0.lock().expect("capture").iter().filter(mine) {
+        for w in self.0.lock().expect("capture").iter().flatten().filter(mine) {
             s.records += w.stats.records;
             s.counted += w.counted.iter().map(|c| c.ops).sum::<u64>();
             for o in w.colls.iter().flat_map(|g| &g.ops) {

@@ -110,6 +110,7 @@ fn memory_child() {
         let capture = std::sync::Arc::new(crate::Capture::default());
         nccl_profiler_otel::telemetry::add_sink(capture.clone());
         let cal = Calibration::measure(&p, &capture, 0x0F00_0000);
+        capture.stop();
         cal.throttle();
         10.0 * cal.ceiling() / THREADS as f64
     } else {
@@ -119,10 +120,16 @@ fn memory_child() {
     std::thread::sleep(2 * crate::INTERVAL);
     std::fs::write("/proc/self/clear_refs", "5").expect("reset VmHWM");
     drive::run(&p, &cs, THREADS, Load::paced(rate, BURST));
-    // The consumer works off what it holds, then the communicators stay idle a few intervals.
+    // The consumer works off what it holds, throttled a little longer.
     std::thread::sleep(3 * crate::INTERVAL);
     comm::set_throttle(0);
-    std::thread::sleep(3 * crate::INTERVAL);
+    // The backlog processed, the level back to 0 and what the communicators hold given back
+    // (`Comm::is_idle`), then the telemetry thread's trim.
+    let deadline = std::time::Instant::now() + 50 * crate::INTERVAL;
+    while !comm::all().all(comm::Comm::is_idle) && std::time::Instant::now() < deadline {
+        std::thread::sleep(crate::INTERVAL / 2);
+    }
+    std::thread::sleep(2 * crate::INTERVAL);
     let (peak, idle) = (drive::peak_rss(), emulator::rss());
     println!("peak={peak} idle={idle} rate={rate}");
     cs.iter().for_each(|c| p.finalize(c.context));
