@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::guard::{Owner, guarded};
 use super::roots::{UNTIMED, annotated, live};
-use super::shedding::{bare_state, counted_coll, counted_p2p, sampled_coll, sampled_p2p, shed_detail, shed_handle};
+use super::shedding::{bare_state, counted_coll, counted_p2p, sampled_coll, sampled_p2p, shed_child, shed_detail};
 use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, Filled, StateArgs, legacy};
 use crate::bindings;
 use crate::bindings::{
@@ -95,7 +95,7 @@ fn start<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
                 return declined();
             };
             if parent.kind() == Kind::Shed {
-                return live(owner, parent.comm_slot()).map(|(id, _)| shed_handle(id.slot));
+                return shed_child(owner, parent);
             }
             let (id, comm) = live(owner, parent.comm_slot())?;
             let Some((channel, gpu_start)) = d.kernel_ch() else {
@@ -307,7 +307,7 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
     let (id, comm, parent) = if own {
         let parent = own_parent(d.parent(), &[Kind::Coll, Kind::P2p, Kind::Shed]);
         if let Some(p) = parent.filter(|p| p.kind() == Kind::Shed) {
-            return live(owner, p.comm_slot()).map(|(id, _)| shed_handle(id.slot));
+            return shed_child(owner, p);
         }
         // NCCL 2.23 gives a ProxyOp the context of the last op that shares its proxy arguments
         // (spec 8.2.1): on v1–v3 its parent names its communicator.

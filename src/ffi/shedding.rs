@@ -13,7 +13,7 @@ use super::roots::{UNTIMED, annotated, live};
 use crate::bindings::{self, ncclProfilerEventState_t};
 use crate::comm::{Comm, Route, shed};
 use crate::record::counted::CountKey;
-use crate::record::handle::{CommId, Handle, Kind};
+use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, MAX_SLOTS};
 use crate::record::sample::{self, Role, Sample};
 use crate::record::size::{UNKNOWN_CLASS, size_class, test_size};
 use crate::record::{Algo, Body, CollStart, Datatype, Func, P2pStart, Proto};
@@ -124,13 +124,26 @@ fn shed_root(comm: &Comm, id: CommId, parent: u64) -> Option<u64> {
     {
         return Some(h);
     }
-    Some(shed_handle(id.slot))
+    Some(shed_handle(id))
 }
 
-/// A [`Kind::Shed`] handle of communicator slot `slot`, with no record behind it: its children
-/// are shed by its kind alone, its states and stop ignored.
-pub(super) fn shed_handle(slot: u16) -> u64 {
-    Handle::new(slot, 0, 0, Kind::Shed, 0).encode()
+/// A [`Kind::Shed`] handle of communicator `id`, with no record behind it: its children are shed
+/// by its kind alone, its states and stop ignored. Its epoch bits carry the communicator's
+/// generation, so that a later communicator in the slot does not take its children, and its
+/// record slot is [`MAX_SLOTS`], which no record has (lanes end below it).
+fn shed_handle(id: CommId) -> u64 {
+    Handle::new(id.slot, 0, u32::from(id.generation), Kind::Shed, MAX_SLOTS).encode()
+}
+
+/// The [`Kind::Shed`] handle of an event started under the shed `parent` (a ProxyOp, a
+/// KernelCh); `None`, counted stale, when the parent's communicator is no longer live.
+pub(super) fn shed_child(owner: &Owner, parent: Handle) -> Option<u64> {
+    let (id, _) = live(owner, parent.comm_slot())?;
+    if parent.epoch() != u32::from(id.generation) & EPOCH_MASK {
+        STATS.stale.incr();
+        return None;
+    }
+    Some(shed_handle(id))
 }
 
 /// A start that is detail of a shed or bare parent (a step, a kernel phase): no handle, counted

@@ -65,7 +65,7 @@ use nccl_profiler_otel::ffi::{
     ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
     ncclProfiler_v7,
 };
-use nccl_profiler_otel::record::handle::{CommId, Context, GEN_MASK, Handle, Kind};
+use nccl_profiler_otel::record::handle::{CommId, Context, GEN_MASK, Handle, Kind, MAX_SLOTS};
 use nccl_profiler_otel::stats::STATS;
 use nccl_profiler_otel::telemetry::{self, Sink};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
@@ -991,7 +991,7 @@ impl Run {
             );
             if matches!(decoded.kind(), Kind::Group | Kind::Api) {
                 self.tally.group_handles.fetch_add(1, Relaxed);
-            } else if shed && (decoded.window(), decoded.epoch(), decoded.slot()) == (0, 0, 0) {
+            } else if shed && decoded.slot() == MAX_SLOTS {
                 // Counted in the communicator's table, or (ops, channels) nothing at all. A shed
                 // operation under a recorded API call has its claim as its record instead.
                 self.tally.silent.fetch_add(1, Relaxed);
