@@ -360,7 +360,7 @@ impl Comm {
         let c = &mut **c;
         summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
         self.drain_counts(&c.meta, &mut summaries);
-        SCRATCH.with_borrow_mut(|s| s.cap(0));
+        Comm::release_scratch();
         summaries
     }
 

@@ -41,8 +41,8 @@ thread_local! {
 pub(super) const SCRATCH_WINDOWS: usize = 2;
 
 impl Comm {
-    /// Frees the scratch this thread reads windows into (every communicator is idle).
-    /// Called on: the telemetry thread.
+    /// Frees the scratch this thread reads windows into. Called on: the thread of a `finalize` or
+    /// an exit drain, after it; the telemetry thread, once every communicator is idle.
     pub fn release_scratch() {
         SCRATCH.with_borrow_mut(|s| s.cap(0));
     }
