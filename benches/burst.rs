@@ -35,10 +35,9 @@ mod support {
 mod drive;
 
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nccl_profiler_otel::aggregate::WindowSummary;
 use nccl_profiler_otel::{comm, telemetry};
 use support::emulator::{self, Comm, H, Plugin, pid, ty};
 
@@ -115,16 +114,6 @@ fn main() {
     );
 }
 
-/// Every window summary, for the overload part.
-#[derive(Default)]
-struct Capture(Mutex<Vec<WindowSummary>>);
-
-impl telemetry::Sink for Capture {
-    fn window(&self, summary: &WindowSummary) {
-        self.0.lock().expect("capture").push(summary.clone());
-    }
-}
-
 /// One load's figures.
 #[derive(Clone, Copy, Debug, Default)]
 struct Row {
@@ -145,7 +134,7 @@ fn overload() {
         std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "file");
         std::env::set_var("NCCL_PROFILER_OTEL_EXPORT_FILE", "/dev/null");
     }
-    let capture = Arc::new(Capture::default());
+    let capture = Arc::new(drive::Capture::default());
     telemetry::add_sink(capture.clone());
     let plugin = Plugin::in_process();
     // Keeps the telemetry thread and NCCL's logger between the loads' communicators.
@@ -160,14 +149,7 @@ fn overload() {
         drive::Load::paced(200.0, Duration::from_millis(100)),
     );
     comms.iter().for_each(|c| plugin.finalize(c.context));
-    let records: u64 = capture
-        .0
-        .lock()
-        .expect("capture")
-        .iter()
-        .filter(|w| w.comm.hash == 0xB2_0000)
-        .map(|w| w.stats.records)
-        .sum();
+    let records = capture.seen(0xB2_0000).records;
     let per_coll = records as f64 / shape[0].issued.max(1) as f64;
     let ceiling = 1e9 / THROTTLE_NS as f64 / per_coll;
     comm::set_throttle(THROTTLE_NS);
@@ -210,7 +192,7 @@ fn overload_comms(p: &Plugin, base: u64) -> Vec<Comm> {
 }
 
 /// One load: fresh communicators at `rate` collectives/s for [`LOAD`], their windows processed.
-fn overload_load(p: &Plugin, capture: &Capture, base: u64, rate: f64) -> Row {
+fn overload_load(p: &Plugin, capture: &drive::Capture, base: u64, rate: f64) -> Row {
     let comms = overload_comms(p, base);
     let idle = emulator::rss();
     let cpu = thread_cpu("nccl-otel-tele");
@@ -232,25 +214,12 @@ fn overload_load(p: &Plugin, capture: &Capture, base: u64, rate: f64) -> Row {
     std::thread::sleep(PAUSE);
     comms.iter().for_each(|c| p.finalize(c.context));
     let cpu = thread_cpu("nccl-otel-tele") - cpu;
-    let resident = drive::peak_rss().saturating_sub(idle) as f64 / OVERLOAD_COMMS as f64 / (1 << 20) as f64;
-    let (mut timed, mut weight, mut weighted, mut counted) = (0u64, 0.0, 0.0, 0);
-    let hashes = base..base + OVERLOAD_COMMS as u64;
-    for w in capture
-        .0
-        .lock()
-        .expect("capture")
-        .iter()
-        .filter(|w| hashes.contains(&w.comm.hash))
-    {
-        counted +=
-            w.counted.iter().map(|c| c.ops).sum::<u64>() + w.colls.iter().map(|g| g.ops.len() as u64).sum::<u64>();
-        for o in w.colls.iter().flat_map(|g| &g.ops) {
-            let w = f64::from(o.sample.weight());
-            if let (Some(d), true) = (o.duration, w > 0.0) {
-                (timed, weight, weighted) = (timed + 1, weight + w, weighted + w * d);
-            }
-        }
-    }
+    let resident = emulator::peak_rss().saturating_sub(idle) as f64 / OVERLOAD_COMMS as f64 / (1 << 20) as f64;
+    let seen: Vec<drive::Seen> = (base..base + OVERLOAD_COMMS as u64).map(|h| capture.seen(h)).collect();
+    let counted = seen.iter().map(|s| s.recorded + s.counted).sum();
+    let timed: u64 = seen.iter().map(|s| s.timed).sum();
+    let weight: f64 = seen.iter().map(|s| s.weight).sum();
+    let weighted: f64 = seen.iter().map(|s| s.weighted).sum();
     let colls: u64 = tallies.iter().map(|t| t.issued).sum();
     let truth = tallies.iter().map(|t| t.mean() * t.issued as f64).sum::<f64>() / colls.max(1) as f64;
     Row {

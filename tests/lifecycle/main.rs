@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use nccl_profiler_otel::config::{self, Config};
 use nccl_profiler_otel::record::handle::Context;
 use parking_lot::{Mutex, MutexGuard};
-use support::emulator::{self, H, Plugin, logger, pid, rss, ty};
+use support::emulator::{self, H, Plugin, logger, peak_rss, pid, rss, ty};
 use support::otlp_receiver::{self as rx, Receiver};
 use support::shipped;
 
@@ -177,16 +177,6 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
     });
     drop(slot);
     (serial, s)
-}
-
-/// Peak RSS of the process so far (`VmHWM`), bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// Threads of this process, with their names.

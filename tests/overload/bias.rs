@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use nccl_profiler_otel::comm;
 
-use crate::drive::{self, Load, Tally};
+use crate::drive::{self, Capture, Load, Seen, Tally};
 use crate::support::emulator::{Plugin, logger};
-use crate::{Calibration, Capture, Seen, THREADS, begin, comms};
+use crate::{Calibration, THREADS, begin, comms};
 
 /// How long each load runs.
 const RUN: Duration = Duration::from_millis(1000);

@@ -7,10 +7,15 @@
 //! SendGPUWait, SendWait, stop) and a receive ProxyOp (start, InProgress, [`STEPS`] steps: start,
 //! RecvGPUWait, stop), a spin proportional to its size, the op stops, then the Coll stop. Truth:
 //! the driver's `Instant` just before the Coll start call and just before its last op stop call.
-//! Also the process's peak memory, which the memory tests and the burst bench read.
+//! Also what the plugin reported of them ([`Capture`], [`Seen`]), which the tests and the burst
+//! bench read.
 
 use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use nccl_profiler_otel::aggregate::WindowSummary;
+use nccl_profiler_otel::telemetry;
 
 use crate::support::emulator::{Comm, H, Plugin, descr, pid, spin, ty};
 
@@ -188,13 +193,77 @@ fn work(p: &Plugin, c: &Comm, o: Open, proxy_ctrl: bool, tally: &mut Tally) {
     tally.truth.push((o.bytes, end.duration_since(o.start).as_secs_f64()));
 }
 
-/// The process's peak resident memory (VmHWM), bytes; writing `5` to `/proc/self/clear_refs`
-/// resets it to the current resident memory.
-pub fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+/// Every window summary the plugin made (until [`Capture::stop`]).
+pub struct Capture(Mutex<Option<Vec<WindowSummary>>>);
+
+impl Default for Capture {
+    fn default() -> Self {
+        Capture(Mutex::new(Some(Vec::new())))
+    }
+}
+
+impl telemetry::Sink for Capture {
+    fn window(&self, summary: &WindowSummary) {
+        if let Some(kept) = self.0.lock().expect("capture").as_mut() {
+            kept.push(summary.clone());
+        }
+    }
+}
+
+impl Capture {
+    /// Drops what it kept and keeps nothing more (its memory would count as the plugin's).
+    pub fn stop(&self) {
+        *self.0.lock().expect("capture") = None;
+    }
+
+    /// What the plugin made of the communicator with `hash`.
+    pub fn seen(&self, hash: u64) -> Seen {
+        self.seen_rank(hash, None)
+    }
+
+    /// What the plugin made of the communicator with `hash`, of rank `rank` only when given.
+    pub fn seen_rank(&self, hash: u64, rank: Option<i32>) -> Seen {
+        let mut s = Seen::default();
+        let mine = |w: &&WindowSummary| w.comm.hash == hash && rank.is_none_or(|r| w.comm.rank == r);
+        for w in self.0.lock().expect("capture").iter().flatten().filter(mine) {
+            s.records += w.stats.records;
+            s.counted += w.counted.iter().map(|c| c.ops).sum::<u64>();
+            for o in w.colls.iter().flat_map(|g| &g.ops) {
+                s.recorded += 1;
+                let weight = o.sample.weight();
+                if let (Some(d), true) = (o.duration, weight > 0) {
+                    s.timed += 1;
+                    s.weight += f64::from(weight);
+                    s.weighted += f64::from(weight) * d;
+                    s.samples.push(o.bytes);
+                }
+            }
+        }
+        s
+    }
+}
+
+/// A communicator's operations as the plugin reported them.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Records its windows held.
+    pub records: u64,
+    /// Operations with a record.
+    pub recorded: u64,
+    /// Operations counted without one.
+    pub counted: u64,
+    /// Operations timed with a weight.
+    pub timed: u64,
+    /// Σ weight, Σ weight × duration over them.
+    pub weight: f64,
+    pub weighted: f64,
+    /// The sizes of the timed operations.
+    pub samples: Vec<u64>,
+}
+
+impl Seen {
+    /// The weighted mean duration of the timed operations, seconds.
+    pub fn mean(&self) -> f64 {
+        self.weighted / self.weight.max(f64::MIN_POSITIVE)
+    }
 }

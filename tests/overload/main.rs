@@ -20,7 +20,7 @@ mod memory;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use nccl_profiler_otel::aggregate::WindowSummary;
+use drive::Capture;
 use nccl_profiler_otel::{comm, telemetry};
 use support::emulator::{Comm, Plugin};
 
@@ -30,81 +30,6 @@ pub const INTERVAL: Duration = Duration::from_millis(100);
 pub const THREADS: usize = 4;
 /// The ceiling is this fraction of the collectives/s the drivers reach when nothing is recorded.
 pub const CEILING_SHARE: f64 = 1.0 / 20.0;
-
-/// Every window summary the plugin made (until [`Capture::stop`]).
-pub struct Capture(Mutex<Option<Vec<WindowSummary>>>);
-
-impl Default for Capture {
-    fn default() -> Self {
-        Capture(Mutex::new(Some(Vec::new())))
-    }
-}
-
-impl telemetry::Sink for Capture {
-    fn window(&self, summary: &WindowSummary) {
-        if let Some(kept) = self.0.lock().expect("capture").as_mut() {
-            kept.push(summary.clone());
-        }
-    }
-}
-
-impl Capture {
-    /// Drops what it kept and keeps nothing more (its memory would count as the plugin's).
-    pub fn stop(&self) {
-        *self.0.lock().expect("capture") = None;
-    }
-
-    /// What the plugin made of the communicator with `hash`.
-    pub fn seen(&self, hash: u64) -> Seen {
-        self.seen_rank(hash, None)
-    }
-
-    /// What the plugin made of the communicator with `hash`, of rank `rank` only when given.
-    pub fn seen_rank(&self, hash: u64, rank: Option<i32>) -> Seen {
-        let mut s = Seen::default();
-        let mine = |w: &&WindowSummary| w.comm.hash == hash && rank.is_none_or(|r| w.comm.rank == r);
-        for w in self.0.lock().expect("capture").iter().flatten().filter(mine) {
-            s.records += w.stats.records;
-            s.counted += w.counted.iter().map(|c| c.ops).sum::<u64>();
-            for o in w.colls.iter().flat_map(|g| &g.ops) {
-                s.recorded += 1;
-                let weight = o.sample.weight();
-                if let (Some(d), true) = (o.duration, weight > 0) {
-                    s.timed += 1;
-                    s.weight += f64::from(weight);
-                    s.weighted += f64::from(weight) * d;
-                    s.samples.push(o.bytes);
-                }
-            }
-        }
-        s
-    }
-}
-
-/// A communicator's operations as the plugin reported them.
-#[derive(Debug, Default)]
-pub struct Seen {
-    /// Records its windows held.
-    pub records: u64,
-    /// Operations with a record.
-    pub recorded: u64,
-    /// Operations counted without one.
-    pub counted: u64,
-    /// Operations timed with a weight.
-    pub timed: u64,
-    /// Σ weight, Σ weight × duration over them.
-    pub weight: f64,
-    pub weighted: f64,
-    /// The sizes of the timed operations.
-    pub samples: Vec<u64>,
-}
-
-impl Seen {
-    /// The weighted mean duration of the timed operations, seconds.
-    pub fn mean(&self) -> f64 {
-        self.weighted / self.weight.max(f64::MIN_POSITIVE)
-    }
-}
 
 /// The process-wide setup (once): environment, sink; and the lock that runs these tests one at a
 /// time (the throttle and the level are process-wide).

@@ -107,7 +107,7 @@ fn memory_child() {
     }
     let p = Plugin::in_process();
     let rate = if on {
-        let capture = std::sync::Arc::new(crate::Capture::default());
+        let capture = std::sync::Arc::new(drive::Capture::default());
         nccl_profiler_otel::telemetry::add_sink(capture.clone());
         let cal = Calibration::measure(&p, &capture, 0x0F00_0000);
         capture.stop();
@@ -130,7 +130,7 @@ fn memory_child() {
         std::thread::sleep(crate::INTERVAL / 2);
     }
     std::thread::sleep(2 * crate::INTERVAL);
-    let (peak, idle) = (drive::peak_rss(), emulator::rss());
+    let (peak, idle) = (emulator::peak_rss(), emulator::rss());
     println!("peak={peak} idle={idle} rate={rate}");
     cs.iter().for_each(|c| p.finalize(c.context));
 }

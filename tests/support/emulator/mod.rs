@@ -85,6 +85,18 @@ pub use truth::{CollTruth, LinkTruth, Report, WorldLink};
 #[allow(unused_imports)]
 pub use workload::{Algo, Call, CommSpec, Dtype, Func, Options, Proto, Workload};
 
+/// Peak resident memory of this process so far (`VmHWM`), bytes; writing `5` to
+/// `/proc/self/clear_refs` resets it to the current resident memory.
+#[allow(dead_code)]
+pub fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// Resident memory of this process in bytes (`/proc/self/statm`, second field): what the
 /// memory bench and the churn test measure.
 #[allow(dead_code)]
