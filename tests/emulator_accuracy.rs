@@ -1061,10 +1061,7 @@ fn latency_under_a_busy_nic_is_the_wire_s_or_absent() {
         let mut w = Workload::new(net.clone())
             .comm(CommSpec::new("nic", [0, 1]).channels(2).calls(calls).emulate([0]))
             .iterations(iterations)
-            .options(|o| {
-                o.nic_fifo = true;
-                o.gap = std::time::Duration::from_micros(gap_us);
-            });
+            .options(|o| o.gap = std::time::Duration::from_micros(gap_us));
         if shared {
             w = w.comm(CommSpec::new("nic-too", [0, 2]).channels(2).calls(calls).emulate([0]));
         }

@@ -9,11 +9,11 @@
 //!   (`dlopen(RTLD_NOW | RTLD_LOCAL)` of the built `.so`, symbols looked up v6 → v5 → v4 like
 //!   NCCL), `init` with NCCL's arguments and a logger, and one method per callback.
 //! - [`net`]: the modelled network: a latency and a bandwidth per rank pair, optionally with
-//!   jitter. A send step occupies its link's wire for `bytes / bandwidth` once the wire is free
-//!   (steps of every channel queue on it, up to 8 in flight per op, as NCCL's are) and stops
-//!   `latency` later; steps are NCCL's fixed-size chunks per protocol. With
-//!   [`Options::nic_fifo`] the wire is the emulated process's NIC instead: one first-in,
-//!   first-out queue for every peer, channel and communicator of the world rank. Each transfer's
+//!   jitter. A send step occupies its wire for `bytes / bandwidth` (its link's) once the wire is
+//!   free (steps queue on it, up to 8 in flight per op, as NCCL's are) and stops `latency` later;
+//!   steps are NCCL's fixed-size chunks per protocol. The wire is the emulated process's NIC
+//!   ([`Options::nic_fifo`], the default): one first-in, first-out queue for every peer, channel
+//!   and communicator of the world rank; without it, one wire per link. Each transfer's
 //!   truth ([`truth::StepTruth`]) says when the wire took it, its time on an idle wire and its
 //!   wait in the queue.
 //! - [`workload`]: communicators, the calls each one issues per iteration, and the threads

@@ -14,9 +14,9 @@
 //! - Send steps (at most `max_in_flight` started and not stopped per op): start + SendGPUWait
 //!   (stale `transSize`); when the GPU produced the data, SendPeerWait; SendWait with the step's
 //!   bytes when the network takes it: at once ([`Options::queue`], a NIC queue), or once the
-//!   link's wire is free (then SendPeerWait repeats meanwhile). The link (this rank → peer, all
-//!   channels; with [`Options::nic_fifo`] the rank's NIC, shared with its proxies of every
-//!   communicator) carries one step's bytes at a time, first in, first out: a step's wire time
+//!   wire is free (then SendPeerWait repeats meanwhile). The wire (the rank's NIC, shared with
+//!   its proxies of every communicator, [`Options::nic_fifo`]; else the link, this rank → peer,
+//!   all channels) carries one step's bytes at a time, first in, first out: a step's wire time
 //!   starts when the wire is free, and it stops `latency` after its `bytes / bandwidth` on the
 //!   wire (both × jitter).
 //! - Receive steps: start (the first one twice with `restart_recv`) + RecvWait; RecvFlushWait and

@@ -407,8 +407,8 @@ pub struct Options {
     /// ([`Proto::step_payload`]).
     pub chunk_bytes: u64,
     /// Steps are handed to the network as soon as their data is ready (up to `max_in_flight`
-    /// per op, NCCL's 8) and queue behind the link's earlier transfers of every channel, as a
-    /// NIC does; `false`: a step is handed over only when the link's wire is free, so every
+    /// per op, NCCL's 8) and queue behind the wire's earlier transfers, as at a NIC;
+    /// `false`: a step is handed over only when the link's wire is free, so every
     /// step's SendWait → stop is its own `latency + bytes / bandwidth`.
     pub queue: bool,
     /// Steps in flight per ProxyOp (NCCL: 8).
@@ -418,9 +418,9 @@ pub struct Options {
     /// Each rank waits for a call's tasks to finish before it issues the next: one call in
     /// flight per rank (a serial network), instead of every call of an iteration back to back.
     pub serial: bool,
-    /// One send wire per emulated process (world rank), as its NIC: the steps of every peer,
-    /// channel and communicator of the rank take it first in, first out. `false`: one wire per
-    /// link (rank → peer), shared by its channels only.
+    /// One send wire per emulated process (world rank), as its NIC (the default, as NCCL's): the
+    /// steps of every peer, channel and communicator of the rank take it first in, first out.
+    /// `false`: one wire per link (rank → peer), shared by its channels only.
     pub nic_fifo: bool,
     /// Most SendPeerWait states per step (repeated while the link is busy; at least 1).
     pub peer_waits: u32,
@@ -469,7 +469,7 @@ impl Default for Options {
             max_in_flight: 8,
             gap: Duration::ZERO,
             serial: false,
-            nic_fifo: false,
+            nic_fifo: true,
             peer_waits: 2,
             pxn: false,
             restart_recv: false,
