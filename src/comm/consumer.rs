@@ -205,6 +205,11 @@ impl Comm {
             let at = self.frontier(&c, now, None, false);
             let c = &mut *c;
             summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
+            // Idle: what its operations held when it went idle leaves after it (the hold): the
+            // capacity goes with it.
+            if c.released {
+                c.open.shrink();
+            }
         }
         let threshold = c.hang;
         if let Some(hang) = c.open.flight.check(now, threshold) {

@@ -64,8 +64,9 @@ impl Comm {
     /// window but the current one (the standby disarmed first: once the route names no standby no
     /// producer can switch to it, and no child goes to a window without a claim), then, by a
     /// switch to such a released window (as a trigger makes), the pages the current window kept
-    /// from its last cycle, and the spare capacity of the table of open operations. Returns the
-    /// the summary of a window a producer raced this into.
+    /// from its last cycle, and the spare capacity of the table of open operations (which
+    /// `poll_loaded` gives back again while the operations it still holds leave). Returns the
+    /// summary of a window a producer raced this into.
     pub(super) fn release_idle(&self, c: &mut Locked<'_>, secs_per_tick: f64, now: Instant) -> Vec<WindowSummary> {
         let cur = c.current;
         let settled = (0..WINDOWS)
