@@ -262,6 +262,11 @@ const AFTER: u64 = 0xE417_3000;
 const CHAOS: u64 = 0xE417_4000;
 /// How long the NCCL-like threads run before the scenario's `exit()`.
 const STREAM: Duration = Duration::from_millis(600);
+/// When set, a file path: the exit-mid-stream child streams on until that file exists (its
+/// parent creates it once the collector saw an export: the exporter is then inside one), at most
+/// [`GO_WAIT`].
+const GO_FILE: &str = "FAULTS_EXIT_AFTER";
+const GO_WAIT: Duration = Duration::from_secs(20);
 /// Forks of the fork scenario, and how long each forked grandchild may take: it makes a few
 /// callbacks and exits (a lock held at fork time would make it wait forever).
 const FORKS: u32 = 40;
@@ -529,14 +534,30 @@ fn exit_from_a_callback_thread_with_a_hung_collector_is_bounded() {
     };
     let rx = Receiver::start();
     rx.set_fault(Fault::Hang);
-    let run = run_child("exit-mid-stream", &rx.endpoint(), &[]);
+    // exit() comes once the exporter is blocked in an interval export (on a loaded machine the
+    // first one may start after the child's usual stream).
+    let go = std::env::temp_dir().join(format!("export_faults.{}.go", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let ran = AtomicBool::new(false);
+    let run = std::thread::scope(|s| {
+        s.spawn(|| {
+            while rx.attempts() == 0 && !ran.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::fs::write(&go, b"").unwrap();
+        });
+        let go_env = [(GO_FILE, go.display().to_string())];
+        let run = run_child("exit-mid-stream", &rx.endpoint(), &go_env);
+        ran.store(true, Ordering::Relaxed);
+        run
+    });
+    let _ = std::fs::remove_file(&go);
     run.assert_exited(EXITED);
     let exit_took = run.exit_took();
     assert!(
         exit_took < EXIT_BOUND,
         "exit() with a hung collector took {exit_took:?}"
     );
-    // The exporter was blocked in an interval export (200 ms interval) when exit() came.
     assert!(rx.attempts() >= 1, "{} export attempts", rx.attempts());
 }
 
@@ -802,6 +823,18 @@ fn child_exit_mid_stream() {
     let threads = chaos(p, &comms, true);
     let exiter = nccl_thread("proxy-exit", move || {
         stream(p, &comms, Some(Instant::now() + STREAM), proxy_iteration);
+        if let Some(go) = std::env::var_os(GO_FILE) {
+            let until = Instant::now() + GO_WAIT;
+            let go = std::path::Path::new(&go);
+            while !go.exists() && Instant::now() < until {
+                stream(
+                    p,
+                    &comms,
+                    Some(Instant::now() + Duration::from_millis(20)),
+                    proxy_iteration,
+                );
+            }
+        }
         // Last words on a fresh communicator (its window is too young for an interval export):
         // a collective, then its proxy op and a step left open.
         let (c, _) = p.init(Some("last-words"), LAST_WORDS, 1, sx::NRANKS, 0);
