@@ -833,11 +833,17 @@ fn a_test_may_export_to_its_own_port_or_nowhere() {
     use emulator::ports::{closed_endpoint, default_endpoint};
     use nccl_profiler_otel::config::{EXPORTER, TELEMETRY_ENABLE, otel};
     let closed = closed_endpoint();
-    assert_eq!(default_endpoint(|n| (n == otel::ENDPOINT).then(|| closed.clone())), None);
+    assert_eq!(
+        default_endpoint(|n| (n == otel::ENDPOINT).then(|| closed.clone())),
+        None
+    );
     assert_eq!(default_endpoint(|n| (n == EXPORTER).then(|| "none".into())), None);
     assert_eq!(default_endpoint(|n| (n == TELEMETRY_ENABLE).then(|| "0".into())), None);
     let prometheus = |n: &str| (n == otel::METRICS_ENDPOINT).then(|| "127.0.0.1:9090/api/v1/otlp".into());
-    assert_eq!(default_endpoint(prometheus).as_deref(), Some("http://127.0.0.1:9090/api/v1/otlp"));
+    assert_eq!(
+        default_endpoint(prometheus).as_deref(),
+        Some("http://127.0.0.1:9090/api/v1/otlp")
+    );
     let refused = std::net::TcpStream::connect(closed.trim_start_matches("http://")).map_err(|e| e.kind());
     assert_eq!(refused.err(), Some(std::io::ErrorKind::ConnectionRefused));
 }

@@ -19,8 +19,16 @@ pub fn default_endpoint(lookup: impl Fn(&str) -> Option<String>) -> Option<Strin
     let (config, _) = Config::from_lookup(lookup);
     let exports = config.enable && config.telemetry_enable && config.export.exporter == Exporter::Otlp;
     let endpoint = config.export.endpoint;
-    let authority = endpoint.split("://").nth(1).unwrap_or_default().split('/').next().unwrap_or_default();
-    let port = authority.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok());
+    let authority = endpoint
+        .split("://")
+        .nth(1)
+        .unwrap_or_default()
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let port = authority
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse::<u16>().ok());
     (exports && port.is_none_or(|p| DEFAULT_PORTS.contains(&p))).then_some(endpoint)
 }
 
