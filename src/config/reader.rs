@@ -188,7 +188,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
                  ignoring it"
             )
         } else {
-            let entries = if secret { format!("{}", bad.len()) } else { quoted(&bad) };
+            let entries = if secret { format!("{} (not shown)", bad.len()) } else { quoted(&bad) };
             format!(
                 "{name}={shown} has entries that are not key=value pairs (values percent-encoded): \
                  {entries}; ignoring them, using the other {}",
