@@ -817,3 +817,33 @@ fn scripted_scenario_matches_ground_truth() {
     assert_eq!(b[0].stats.orphans, 0);
     assert_eq!(link(&b[0], 1), Some((1 << 16, 1)));
 }
+
+/// The suite never exports to a default port of the machine: every `init` through the emulator
+/// fails the test when the plugin's configuration would (`support::emulator::ports`).
+#[test]
+#[should_panic(expected = "would export to http://localhost:4318/v1/metrics, a default port")]
+fn a_test_exporting_to_a_default_port_fails() {
+    emulator::ports::refuse_default_endpoint(|_| None);
+}
+
+/// What a test may export to instead: its own port, which refuses connections when it is the
+/// closed one, or no exporter at all.
+#[test]
+fn a_test_may_export_to_its_own_port_or_nowhere() {
+    use emulator::ports::{closed_endpoint, default_endpoint};
+    use nccl_profiler_otel::config::{EXPORTER, TELEMETRY_ENABLE, otel};
+    let closed = closed_endpoint();
+    assert_eq!(
+        default_endpoint(|n| (n == otel::ENDPOINT).then(|| closed.clone())),
+        None
+    );
+    assert_eq!(default_endpoint(|n| (n == EXPORTER).then(|| "none".into())), None);
+    assert_eq!(default_endpoint(|n| (n == TELEMETRY_ENABLE).then(|| "0".into())), None);
+    let prometheus = |n: &str| (n == otel::METRICS_ENDPOINT).then(|| "127.0.0.1:9090/api/v1/otlp".into());
+    assert_eq!(
+        default_endpoint(prometheus).as_deref(),
+        Some("http://127.0.0.1:9090/api/v1/otlp")
+    );
+    let refused = std::net::TcpStream::connect(closed.trim_start_matches("http://")).map_err(|e| e.kind());
+    assert_eq!(refused.err(), Some(std::io::ErrorKind::ConnectionRefused));
+}

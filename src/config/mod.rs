@@ -4,7 +4,8 @@
 //! standard OpenTelemetry variables ([`chain`]) and the regression mode ([`Mode`]).
 //!
 //! [`Config::from_lookup`] takes a lookup function and returns the configuration plus one warning
-//! per bad variable; its only I/O is reading the CA file named by [`TLS_STANDARD`] (cargo feature
+//! per bad variable ([`Config::read`] also the [`Problem`] each reports, which the self-telemetry
+//! exports); its only I/O is reading the CA file named by [`TLS_STANDARD`] (cargo feature
 //! `tls`). [`Config::global`] applies it to the process environment the first time it is called;
 //! [`Config::take_warnings`] hands its warnings out once, for logging through NCCL. Called on: the
 //! NCCL app thread in `init` (the first call reads the environment), then any.
@@ -33,6 +34,7 @@ mod tests;
 pub mod vars;
 
 pub use mode::Mode;
+pub use reader::Problem;
 pub use vars::*;
 
 use std::fmt::Write as _;
@@ -252,6 +254,7 @@ impl Default for Config {
 struct Loaded {
     config: Config,
     warnings: Mutex<Vec<String>>,
+    problems: Vec<Problem>,
 }
 
 static GLOBAL: OnceLock<Loaded> = OnceLock::new();
@@ -262,9 +265,17 @@ impl Config {
     /// configuration and one warning per variable whose value was rejected:
     /// `VAR='value' is not <what>; using default <d>`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let (config, warnings, _) = Self::read(lookup);
+        (config, warnings)
+    }
+
+    /// [`Config::from_lookup`], with the problems its warnings report: one per rejected value
+    /// or list with unknown entries (a note, such as an endpoint taken as `http://`, is none).
+    pub fn read(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>, Vec<Problem>) {
         let mut r = Reader {
             lookup,
             warnings: Vec::new(),
+            problems: Vec::new(),
         };
         let mut config = Config::blank();
         r.standard(&mut config);
@@ -274,7 +285,7 @@ impl Config {
             }
             r.apply(var, &mut config);
         }
-        (config, r.warnings)
+        (config, r.warnings, r.problems)
     }
 
     /// The configuration of this process, read from the environment on the first call.
@@ -292,14 +303,21 @@ impl Config {
         std::mem::take(&mut *warnings)
     }
 
+    /// The problems found while loading [`Config::global`], for the self-telemetry.
+    /// Called on: telemetry thread.
+    pub fn problems() -> &'static [Problem] {
+        &Self::loaded().problems
+    }
+
     fn loaded() -> &'static Loaded {
         GLOBAL.get_or_init(|| {
             // Lossy: a non-UTF-8 value fails its parser and is reported, not taken as unset.
             let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
-            let (config, warnings) = Self::from_lookup(env);
+            let (config, warnings, problems) = Self::read(env);
             Loaded {
                 config,
                 warnings: Mutex::new(warnings),
+                problems,
             }
         })
     }

@@ -207,7 +207,17 @@ pub(super) fn parse_compression(s: &str) -> Option<Compression> {
     }
 }
 
-/// An `http://` (or, with TLS, `https://`) URL with a host and an optional numeric port; for
+/// `value` with `http://` in front when it has no scheme (`host:port` is `http://host:port`).
+pub(super) fn with_scheme(value: &str) -> String {
+    if value.contains("://") {
+        value.to_owned()
+    } else {
+        format!("http://{value}")
+    }
+}
+
+/// An `http://` (or, with TLS, `https://`) URL with a host (a name, an IPv4 address or a
+/// bracketed IPv6 address) and an optional numeric port; for
 /// HTTP protocols, the path gets `/v1/metrics` unless it already ends with it. gRPC URLs are taken
 /// as they are.
 pub(super) fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
@@ -234,7 +244,7 @@ pub(super) fn parse_endpoint(s: &str, protocol: Protocol) -> Option<String> {
                 Some((host, port)) => (host, Some(port)),
                 None => (authority, None),
             };
-            if host.is_empty() || host.contains(['@', '[', ']']) {
+            if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)) {
                 return None;
             }
             port
@@ -290,18 +300,27 @@ pub(super) fn parse_file_pattern(s: &str) -> Option<String> {
 }
 
 /// `k=v,k2=v2`: keys trimmed and non-empty, values trimmed and percent-decoded; empty entries
-/// (`a=1,,b=2`, a trailing comma) are skipped.
-pub(super) fn parse_pairs(s: &str) -> Option<Vec<(String, String)>> {
-    let mut pairs = Vec::new();
+/// (`a=1,,b=2`, a trailing comma) are skipped. Returns the pairs (sorted by key, later duplicates
+/// winning) and the entries that are not such a pair.
+pub(super) fn parse_pairs(s: &str) -> (Vec<(String, String)>, Vec<&str>) {
+    let (mut pairs, mut bad) = (Vec::new(), Vec::new());
     for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (key, value) = entry.split_once('=')?;
-        let key = key.trim();
-        if key.is_empty() || key.contains(char::is_whitespace) {
-            return None;
+        match parse_pair(entry) {
+            Some(pair) => pairs.push(pair),
+            None => bad.push(entry),
         }
-        pairs.push((key.to_owned(), percent_decode(value.trim())?));
     }
-    Some(overlay(Vec::new(), pairs))
+    (overlay(Vec::new(), pairs), bad)
+}
+
+/// One `k=v` entry of [`parse_pairs`].
+fn parse_pair(entry: &str) -> Option<(String, String)> {
+    let (key, value) = entry.split_once('=')?;
+    let key = key.trim();
+    if key.is_empty() || key.contains(char::is_whitespace) {
+        return None;
+    }
+    Some((key.to_owned(), percent_decode(value.trim())?))
 }
 
 /// `%XX` escapes decoded; `None` for a bad escape or invalid UTF-8.

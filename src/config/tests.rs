@@ -7,6 +7,7 @@ use crate::record::handle::MAX_LANE_SLOTS;
 
 mod docs;
 mod export;
+mod friendly;
 
 fn load(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
     Config::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned()))
@@ -391,7 +392,7 @@ fn endpoint_resolution_order() {
         "http://[::1]:4318/v1/metrics"
     );
     // A bad value of ours keeps what the standard variables say.
-    let (config, warnings) = load(&[(otel::ENDPOINT, "http://c:1"), (TELEMETRY_ENDPOINT, "c:1")]);
+    let (config, warnings) = load(&[(otel::ENDPOINT, "http://c:1"), (TELEMETRY_ENDPOINT, "c:x")]);
     assert_eq!(config.export.endpoint, "http://c:1/v1/metrics");
     assert_eq!(warnings.len(), 1);
     assert!(
@@ -399,7 +400,7 @@ fn endpoint_resolution_order() {
         "{warnings:?}"
     );
     for value in [
-        "localhost:4318",
+        "localhost:x4318",
         "ftp://x",
         "http://",
         "http://:80",

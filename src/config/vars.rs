@@ -214,8 +214,10 @@ variables! {
         doc: "OTLP endpoint URL. For HTTP, `/v1/metrics` is appended unless the path already ends with it \
               (`http://c:4318` and `http://c:4318/v1/metrics` are the same); for gRPC the URL is used as is. When \
               unset: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` (as is), then `OTEL_EXPORTER_OTLP_ENDPOINT` \
-              (`/v1/metrics` appended for HTTP).",
-        valid: "`http://host[:port][/path]`; `https://` only in builds with the cargo feature `tls`",
+              (`/v1/metrics` appended for HTTP). A value without a scheme (`host:port`) means `http://host:port` \
+              (said in the log, at INFO).",
+        valid: "`http://host[:port][/path]` or `host[:port][/path]`; `https://` only in builds with the cargo \
+                feature `tls`",
         default_note: " (gRPC: `http://localhost:4317`)",
         fallback: Standard,
         set: |c, s| {
@@ -223,7 +225,7 @@ variables! {
             accepted(endpoint, URLS).map(|v| c.export.endpoint = v)
         },
         show: |c| c.export.endpoint.clone(),
-        rejected: "localhost:4318",
+        rejected: "localhost:x4318",
     }
     TELEMETRY_BATCH_TIMEOUT_MS = "NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS" {
         doc: "Timeout of one export request (connect, send, answer). Also bounds the last `finalize` and the \
@@ -280,7 +282,8 @@ variables! {
               named `nccl.<family>.*` (`metrics.md`), and `transfer`, the per-transfer histograms of collectives \
               and sends (`nccl.coll.transfer*`, `nccl.p2p.transfer*`); the `nccl.profiler.*` self-telemetry is \
               always exported. The per-channel and P2P histograms are most of a process's series (40 % and 37 % \
-              of a rank's in `scale.md`, which measures every switch).",
+              of a rank's in `scale.md`, which measures every switch). Unknown words are ignored with a \
+              warning, the others applied.",
         valid: "`none`, or families separated by commas, any case",
         default_note: "",
         fallback: Value(|c| c.export.dropped = Vec::new()),
@@ -299,6 +302,13 @@ pub(super) const TIMEOUT_MILLIS: std::ops::RangeInclusive<u64> = 1..=60_000;
 /// The metric families [`DROP_METRICS`] names: each is every metric named `nccl.<family>.*`, but
 /// `transfer`: the per-transfer histograms of collectives and sends (`nccl.{coll,p2p}.transfer*`).
 pub const METRIC_FAMILIES: [&str; 7] = ["coll", "p2p", "transfer", "link", "channel", "kernel", "progress"];
+
+/// Our list variables and their words: a value with unknown words applies the known ones, with a
+/// warning naming the others.
+pub(super) const LISTS: [(&str, &[&str]); 1] = [(DROP_METRICS, &METRIC_FAMILIES)];
+
+/// The endpoint variables: a value without a scheme gets `http://`.
+pub(super) const ENDPOINTS: [&str; 3] = [TELEMETRY_ENDPOINT, otel::ENDPOINT, otel::METRICS_ENDPOINT];
 
 /// Standard OpenTelemetry variables, used when ours leave the setting open.
 pub mod otel {
@@ -385,49 +395,51 @@ pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
     StandardDoc {
         names: &[otel::ENDPOINT],
         doc: "Base URL; `/v1/metrics` is appended for HTTP. Used when neither \
-              `NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT` nor `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is set.",
+              `NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT` nor `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is set. Without a \
+              scheme (`host:port`), `http://` is assumed (said in the log, at INFO).",
         default: "`http://localhost:4318` (gRPC `http://localhost:4317`)",
-        on_bad: "one WARN, the default",
+        on_bad: "one warning, the default",
     },
     StandardDoc {
         names: &[otel::METRICS_ENDPOINT],
-        doc: "Metrics URL, used as is. Used when `NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT` is not set.",
+        doc: "Metrics URL, used as is (but `http://` is assumed without a scheme). Used when \
+              `NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT` is not set.",
         default: "unset",
-        on_bad: "one WARN, the next in the chain",
+        on_bad: "one warning, the next in the chain",
     },
     StandardDoc {
         names: &[otel::PROTOCOL, otel::METRICS_PROTOCOL],
         doc: "`http/protobuf`, `http/json`, or `grpc` (builds with the cargo feature `grpc`); the metrics \
               variable wins.",
         default: "`http/protobuf`",
-        on_bad: "one WARN, the default",
+        on_bad: "one warning, the default",
     },
     StandardDoc {
         names: &[otel::HEADERS, otel::METRICS_HEADERS],
         doc: "Request headers (gRPC: metadata), `key=value,key2=value2`, values percent-decoded; a key in the \
               metrics variable replaces the same key of the general one.",
         default: "none",
-        on_bad: "one WARN (without the value), that variable ignored",
+        on_bad: "one warning (without the value); the bad entries ignored, the others used",
     },
     StandardDoc {
         names: &[otel::TIMEOUT, otel::METRICS_TIMEOUT],
         doc: "Export timeout in milliseconds, when `NCCL_PROFILER_OTEL_TELEMETRY_BATCH_TIMEOUT_MS` is not set; \
               the metrics variable wins.",
         default: "`3000` (not the specification's 10 s)",
-        on_bad: "one WARN, the next in the chain",
+        on_bad: "one warning, the next in the chain",
     },
     StandardDoc {
         names: &[otel::TEMPORALITY],
         doc: "`cumulative`, `delta` or `lowmemory` (see `metrics.md`).",
         default: "`cumulative`",
-        on_bad: "one WARN, the default",
+        on_bad: "one warning, the default",
     },
     StandardDoc {
         names: &[otel::COMPRESSION, otel::METRICS_COMPRESSION],
         doc: "Compression of OTLP request bodies, HTTP (`Content-Encoding: gzip`) and gRPC (`grpc-encoding: \
               gzip`): `gzip` or `none`, any case; the metrics variable wins. `zstd` is not built in.",
         default: "`gzip` (not the specification's `none`)",
-        on_bad: "one WARN, the next in the chain",
+        on_bad: "one warning, the next in the chain",
     },
     StandardDoc {
         names: &[otel::HISTOGRAM_AGGREGATION],
@@ -435,14 +447,14 @@ pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
               `base2_exponential_bucket_histogram`: base-2 exponential buckets (at most 160 per point, scale at \
               most 20, minimum and maximum kept), which Prometheus stores as native histograms.",
         default: "`explicit_bucket_histogram`",
-        on_bad: "one WARN, the default",
+        on_bad: "one warning, the default",
     },
     StandardDoc {
         names: &[otel::METRIC_EXPORT_INTERVAL],
         doc: "Milliseconds between exports, when `NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC` is not set (the \
               telemetry interval is the export interval).",
         default: "`5000` (not the specification's 60 s)",
-        on_bad: "one WARN, the default",
+        on_bad: "one warning, the default",
     },
     StandardDoc {
         names: &[otel::SDK_DISABLED],
@@ -450,7 +462,7 @@ pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
               that variable still wins). Events are still aggregated, and hang and straggler warnings still \
               logged; `NCCL_PROFILER_OTEL_ENABLE=false` turns the plugin off.",
         default: "`false`",
-        on_bad: "one WARN, the default",
+        on_bad: "one warning, the default",
     },
     StandardDoc {
         names: &[otel::SERVICE_NAME],
@@ -463,7 +475,7 @@ pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
         doc: "Extra resource attributes, `key=value,…`, values percent-decoded; they override the detected ones \
               (`metrics.md`, Resource).",
         default: "none",
-        on_bad: "one WARN, ignored",
+        on_bad: "one warning; the bad entries ignored, the others used",
     },
     StandardDoc {
         names: &[otel::CERTIFICATE, otel::METRICS_CERTIFICATE],
@@ -473,7 +485,7 @@ pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
               other than certificates (a key, say) are skipped. The file is read once, at the first `init`. The \
               metrics variable wins.",
         default: "unset: the system roots",
-        on_bad: "one WARN, the next in the chain (in the end the system roots). Bad: missing or unreadable, not a \
+        on_bad: "one warning, the next in the chain (in the end the system roots). Bad: missing or unreadable, not a \
                  regular file, over 1 MiB, no certificate, or a certificate that does not parse",
     },
 ];

@@ -279,6 +279,7 @@ pub(super) struct Instruments {
     pub(super) export_dropped: Counter<u64>,
     pub(super) cardinality_overflow: Counter<u64>,
     pub(super) kernel_ch_duty: Fresh<f64>,
+    pub(super) config_problems: Counter<u64>,
 }
 
 pub(super) fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Counter<u64> {
@@ -526,6 +527,12 @@ impl Instruments {
                 "nccl.profiler.kernel_ch.duty",
                 "1",
                 "Fraction of the time the plugin requests KernelCh events: GPU-time figures are a sample of this fraction of operations",
+            ),
+            config_problems: counter(
+                meter,
+                "nccl.profiler.config.problems",
+                "{variable}",
+                "Variables whose value was rejected (the default used) or partly ignored, by variable and problem",
             ),
         }
     }

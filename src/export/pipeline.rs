@@ -64,6 +64,8 @@ impl MetricReader for SharedReader {
 struct Seen {
     stats: [u64; 8],
     export: [u64; 4],
+    /// Whether the configuration's problems were counted.
+    config_problems: bool,
     /// Per communicator slot: the generation and communicator last seen there, its drop counts.
     drops: Vec<Option<(u16, CommMeta, DropCounts)>>,
 }
@@ -378,6 +380,15 @@ impl Pipeline {
         if let Some(duty) = own.kernel_ch_duty {
             i.kernel_ch_duty.record(duty, &[]);
         }
+        // Counted once, then zero every interval: the series lasts, its total stays one.
+        let new = u64::from(!std::mem::replace(&mut self.seen.config_problems, true));
+        for p in own.config_problems {
+            let attrs = [
+                KeyValue::new("nccl.variable", p.variable.clone()),
+                KeyValue::new("nccl.reason", p.kind.as_str()),
+            ];
+            i.config_problems.add(new, &attrs);
+        }
 
         let stats = queue::stats();
         let export = [stats.failures, stats.dropped, own.windows_dropped, stats.exported];
@@ -592,6 +603,7 @@ mod tests {
             windows_dropped: 0,
             kernel_ch_duty: None,
             comms: Vec::new(),
+            config_problems: &[],
         };
         p.record(&summary(vec![link]));
         p.end_interval(&own);
@@ -678,6 +690,40 @@ mod tests {
         }
     }
 
+    /// Each configuration problem is a series of `nccl.profiler.config.problems`, counted once
+    /// (cumulative: 1 after any number of intervals).
+    #[test]
+    fn config_problems_are_counted_once() {
+        let env = |k: &str| match k {
+            config::EXPORTER => Some("file".to_owned()),
+            config::DROP_METRICS => Some("channels,link".to_owned()),
+            config::WINDOW_CAPACITY => Some("1".to_owned()),
+            _ => None,
+        };
+        let (config, _, problems) = config::Config::read(env);
+        let own = SelfTelemetry {
+            config_problems: problems.leak(),
+            ..SelfTelemetry::default()
+        };
+        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        p.end_interval(&own);
+        p.end_interval(&own);
+        let mut rm = ResourceMetrics::default();
+        p.reader.collect(&mut rm).expect("collect");
+        let mut points: Vec<(String, String, f64)> = otlp(&rm, "nccl.profiler.config.problems")
+            .into_iter()
+            .map(|(a, v, _)| (a["nccl.variable"].clone(), a["nccl.reason"].clone(), v))
+            .collect();
+        points.sort_by(|a, b| a.0.cmp(&b.0));
+        let expected = [
+            (config::DROP_METRICS, "unknown_words", 1.0),
+            (config::WINDOW_CAPACITY, "invalid", 1.0),
+        ];
+        let expected: Vec<(String, String, f64)> =
+            expected.iter().map(|(v, r, n)| ((*v).to_owned(), (*r).to_owned(), *n)).collect();
+        assert_eq!(points, expected);
+    }
+
     /// Under sampling: a timed operation's times count its weight (2^3), a predecessor's only
     /// its size; operations counted without a record are counted and sized under count-only
     /// attributes; the ratio and the shed counter say how much was timed.
@@ -741,6 +787,7 @@ mod tests {
             windows_dropped: 0,
             kernel_ch_duty: None,
             comms: Vec::new(),
+            config_problems: &[],
         };
         p.end_interval(&own);
         let mut rm = ResourceMetrics::default();
@@ -817,6 +864,7 @@ mod tests {
                 live: true,
                 progress: Default::default(),
             }],
+            config_problems: &[],
         };
         p.record(&s);
         p.end_interval(&own);

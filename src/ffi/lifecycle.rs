@@ -37,7 +37,7 @@ pub(super) unsafe fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c
     nccl_log::install();
     let config = Config::global();
     for warning in Config::take_warnings() {
-        tracing::warn!("{warning}");
+        tracing::info!("{warning}");
     }
     // Rank −1: v1–v3, whose `init` does not tell.
     if meta.rank <= 0 {

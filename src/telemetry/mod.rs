@@ -90,6 +90,8 @@ pub struct SelfTelemetry {
     pub kernel_ch_duty: Option<f64>,
     /// Every communicator slot allocated so far, in slot order.
     pub comms: Vec<CommDrops>,
+    /// The configuration's problems ([`crate::config::Config::problems`]).
+    pub config_problems: &'static [crate::config::Problem],
 }
 
 /// One communicator slot's drop counters and progress, with the communicator that owns them.

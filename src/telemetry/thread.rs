@@ -281,6 +281,7 @@ fn self_telemetry() -> SelfTelemetry {
         windows_dropped: inbox::windows_dropped(),
         kernel_ch_duty: activation::duty(),
         comms,
+        config_problems: Config::problems(),
     }
 }
 

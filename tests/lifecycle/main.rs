@@ -43,11 +43,13 @@ use support::otlp_receiver::{self as rx, Receiver};
 use support::shipped;
 
 /// The standard variables the plugin reads, each with the bad value the end-to-end run gives it
-/// (`None`: any value is valid) and whether its values are secrets (never echoed). Ours come from
-/// their rows (`config::rejected`). Adding a variable to `config::STANDARD` needs one row here.
+/// (`None`: any value is valid, or, for the metrics endpoint, the run's own closed port, so that
+/// it never exports to the machine's default port) and whether its values are secrets (never
+/// echoed). Ours come from their rows (`config::rejected`). Adding a variable to
+/// `config::STANDARD` needs one row here.
 const STANDARD_VARS: &[(&str, Option<&str>, bool)] = &[
     (config::otel::ENDPOINT, Some("ftp://collector:4318"), false),
-    (config::otel::METRICS_ENDPOINT, Some("http://"), false),
+    (config::otel::METRICS_ENDPOINT, None, false),
     (config::otel::HEADERS, Some("authorization"), true),
     (config::otel::METRICS_HEADERS, Some("x=%zz"), true),
     (config::otel::TIMEOUT, Some("NaN"), false),
@@ -89,8 +91,11 @@ struct Setup {
     observed_mask: i32,
     /// The plugin linked into this binary, on defaults with export off (`internals`).
     internal: Plugin,
-    /// Config WARNs the loaded library logged at its first `init` (prefix stripped).
+    /// INFO lines the loaded library logged at its first `init` (prefix stripped): the
+    /// configuration's warnings and its description.
     warnings: Vec<String>,
+    /// WARN lines it logged then (prefix stripped).
+    warns: Vec<String>,
     /// The configuration line it logged at that `init` (INFO, rank 0; prefix stripped).
     described: Option<String>,
     /// Activation mask and context that `init` produced.
@@ -147,12 +152,15 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
         first_init(&observed, 0x11FE_C0F3);
 
         set(&mut vars().map(|(n, v, _)| (n, v)));
+        let closed = emulator::ports::closed_endpoint();
+        set(&mut [(config::otel::METRICS_ENDPOINT, Some(closed.as_str()))].into_iter());
         let loaded = Plugin::load_shipped();
         let before = logger::lines().len();
         let (c, first_mask) = loaded.init(Some("bad-config"), 0xBAD_C0F1, 1, 2, 0);
         let lines: Vec<logger::Line> = logger::lines().into_iter().skip(before).collect();
         let text = |l: &logger::Line| l.text.strip_prefix(PREFIX).unwrap_or(&l.text).to_owned();
-        let warnings = lines.iter().filter(|l| l.level == 2).map(text).collect();
+        let warnings = lines.iter().filter(|l| l.level == 3).map(text).collect();
+        let warns = lines.iter().filter(|l| l.level == 2).map(text).collect();
         let described = lines
             .iter()
             .filter(|l| l.level == 3)
@@ -170,6 +178,7 @@ fn setup() -> (MutexGuard<'static, ()>, &'static Setup) {
             observed_mask,
             internal,
             warnings,
+            warns,
             described,
             first_mask,
             first_context_ok,
@@ -481,7 +490,8 @@ fn every_standard_variable_has_a_row() {
 }
 
 /// End to end through the built library and NCCL's logger: every variable bad, `init` succeeds
-/// with the default mask, one WARN per variable naming it, its value (unless secret) and what is
+/// with the default mask, one INFO line (never a WARN: that would become `ncclGetLastError()`'s
+/// text) per variable naming it, its value (unless secret) and what is
 /// used instead, and the configuration line shows every default.
 #[test]
 fn bad_configuration_end_to_end() {
@@ -492,8 +502,9 @@ fn bad_configuration_end_to_end() {
         Config::default().event_mask,
         "the default activation mask (and what the ABI version adds)"
     );
-    // What a process gets with our variables unset (launcher variables still count).
-    let ours = |name: &str| vars().any(|(n, ..)| n == name);
+    // What a process gets with our bad values unset (launcher variables and the closed endpoint
+    // still count).
+    let ours = |name: &str| vars().any(|(n, v, _)| n == name && v.is_some());
     let expected = Config::from_lookup(|name| if ours(name) { None } else { std::env::var(name).ok() }).0;
     assert_eq!(
         s.described.as_deref(),
@@ -513,7 +524,7 @@ fn bad_configuration_end_to_end() {
         assert_eq!(
             hits.len(),
             1,
-            "one WARN through NCCL's logger for {name}: {:?}",
+            "one INFO line through NCCL's logger for {name}: {:?}",
             s.warnings
         );
         let w = hits[0];
@@ -525,4 +536,6 @@ fn bad_configuration_end_to_end() {
             "says what is used: {w}"
         );
     }
+    let config_warns = s.warns.iter().filter(|w| vars().any(|(n, ..)| w.starts_with(n)));
+    assert_eq!(config_warns.count(), 0, "configuration lines at WARN: {:?}", s.warns);
 }

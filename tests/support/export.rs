@@ -582,12 +582,13 @@ pub fn expand(keys: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Catalogued metrics that only some workloads give: overflow and a link without latency,
-/// kernel phases (NCCL 2.31), more distinct user tags than the bound, progress.
+/// Catalogued metrics that only some workloads give: overflow and a link without latency, a bad
+/// variable, kernel phases (NCCL 2.31), more distinct user tags than the bound, progress.
 /// The progress family is exported for live communicators only, initial syncs need NCCL 2.31
 /// (tests/signals.rs exports them all).
-const ONLY_SOMETIMES: [&str; 14] = [
+const ONLY_SOMETIMES: [&str; 15] = [
     "nccl.coll.service.missing",
+    "nccl.profiler.config.problems",
     "nccl.profiler.cardinality.overflow",
     "nccl.link.latency.missing",
     "nccl.kernel.phase.duration",

@@ -28,8 +28,8 @@ fn ours() -> String {
     let mut table = format!("{OURS}\n|---|---|---|---|---|\n");
     for var in VARS {
         let on_bad = match var.fallback {
-            Fallback::Value(_) => "one WARN, the default",
-            Fallback::Standard => "one WARN, the next in the chain",
+            Fallback::Value(_) => "one warning, the default",
+            Fallback::Standard => "one warning, the next in the chain",
         };
         let default = format!("`{}`{}", (var.show)(&defaults), var.default_note);
         let (name, doc, valid) = (var.name, cell(var.doc), cell(var.valid));

@@ -18,7 +18,7 @@ fn dropped_families_and_histograms() {
         assert!(warnings.is_empty(), "{value}: {warnings:?}");
         assert_eq!(config.export.dropped, expected, "{value}");
     }
-    for value in ["profiler", "channel,", "channels", "transfers", "link;channel", "all"] {
+    for value in ["profiler", "channels", "transfers", "link;channel", "all", "none,x"] {
         assert_rejected(DROP_METRICS, value, "none");
     }
     for (value, expected) in [

@@ -26,6 +26,8 @@
 //!   sets another.
 //! - [`truth`]: what the emulator itself measured and configured, to compare with what the
 //!   plugin reports.
+//! - `ports` (the package's tests and benches): every `init` fails the test when the plugin
+//!   would export to a default port of the machine (4317, 4318, 9090).
 //!
 //! ```ignore
 //! let plugin = Plugin::load_built()?; // or Plugin::in_process()
@@ -64,6 +66,8 @@
 pub mod logger;
 pub mod net;
 pub mod plugin;
+#[cfg(feature = "testing")]
+pub mod ports;
 mod profiler_thread;
 mod proxy;
 pub mod release;

@@ -676,6 +676,8 @@ impl Plugin {
     /// emulator's logger; returns the comm and the activation mask as NCCL then reads it (after
     /// its adapter and its own rules, spec 4.8, 7.3.4, 7.4).
     pub fn init(&self, name: Option<&str>, hash: u64, n_nodes: i32, nranks: i32, rank: i32) -> (Comm, i32) {
+        #[cfg(feature = "testing")]
+        super::ports::refuse_default_endpoint(|name| std::env::var(name).ok());
         let name = name.map(|n| CString::new(n).expect("no NUL in a comm name"));
         let name_ptr = name.as_ref().map_or(ptr::null(), |n| n.as_ptr());
         let mut context: *mut c_void = 0xdead as *mut c_void;
