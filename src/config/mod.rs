@@ -245,6 +245,15 @@ pub struct CaFile {
     pub pem: Vec<u8>,
 }
 
+impl Export {
+    /// The value of resource attribute `key` in [`Export::resource`].
+    /// Called on: the telemetry thread, the exporter thread.
+    #[must_use]
+    pub fn attribute(&self, key: &str) -> Option<&str> {
+        self.resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self::from_lookup(|_| None).0

@@ -31,8 +31,8 @@ pub fn resource(config: &config::Export) -> Resource {
 /// process at any one time (the rank tells apart the processes of two PID namespaces on one host,
 /// e.g. two containers), so that no two processes' series coincide.
 fn instance_id(host: &str, pid: u32, config: &config::Export) -> String {
-    match config.resource.iter().find(|(k, _)| k == "job.rank") {
-        Some((_, rank)) => format!("{host}:{pid}:{rank}"),
+    match config.attribute("job.rank") {
+        Some(rank) => format!("{host}:{pid}:{rank}"),
         None => format!("{host}:{pid}"),
     }
 }
