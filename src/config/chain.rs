@@ -2,6 +2,7 @@
 //! is what the lower-priority levels resolved to, so a bad value warns once and leaves the rest of
 //! the chain in force. Where one of ours overrides the result (the interval, exporter, endpoint and
 //! timeout), its row keeps this value as its default. Header values are secrets: never logged.
+//! The resource is the launcher's identity (`launcher.rs`) overlaid with the user's attributes.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -14,7 +15,8 @@ use super::parse::{
 #[cfg(feature = "tls")]
 use super::parse::{read_ca_file, show_ca_file};
 use super::reader::Reader;
-use super::vars::{DEFAULT_SERVICE_NAME, LAUNCHER, TIMEOUT_MILLIS, otel};
+use super::launcher;
+use super::vars::{TIMEOUT_MILLIS, otel};
 use super::{Compression, Config, Exporter, Histograms, Protocol, Temporality};
 
 impl<L: Fn(&str) -> Option<String>> Reader<L> {
@@ -80,23 +82,17 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
             show_histograms,
         );
 
-        let launcher: Vec<(String, String)> = LAUNCHER
-            .iter()
-            .filter_map(|(var, key)| {
-                let value = (self.lookup)(var)?;
-                let value = value.trim();
-                (!value.is_empty()).then(|| ((*key).to_owned(), value.to_owned()))
-            })
-            .collect();
-        e.resource = overlay(launcher, self.read_pairs(otel::RESOURCE_ATTRIBUTES, false));
+        let detected = launcher::detect(&self.lookup);
+        e.resource = overlay(detected, self.read_pairs(otel::RESOURCE_ATTRIBUTES, false));
         let from_resource = e
             .resource
             .iter()
             .position(|(k, _)| k == "service.name")
             .map(|i| e.resource.remove(i).1);
+        let detected_name = launcher::complete(&mut e.resource);
         e.service_name = self.read_owned(
             otel::SERVICE_NAME,
-            from_resource.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()),
+            from_resource.unwrap_or(detected_name),
             |s| Ok(s.to_owned()),
             Clone::clone,
         );

@@ -1,7 +1,8 @@
 //! Every environment variable the plugin reads, parsed once per process into [`Config`]: the
 //! table of our variables and the names of the others ([`vars`]), the reader that applies the
 //! warning rules ([`reader`]), the value parsers and printers ([`parse`]), the resolution of the
-//! standard OpenTelemetry variables ([`chain`]) and the regression mode ([`Mode`]).
+//! standard OpenTelemetry variables ([`chain`]), the launcher's identity ([`launcher`]) and the
+//! regression mode ([`Mode`]).
 //!
 //! [`Config::from_lookup`] takes a lookup function and returns the configuration plus one warning
 //! per bad variable ([`Config::read`] also the [`Problem`] each reports, which the self-telemetry
@@ -26,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod chain;
+mod launcher;
 mod mode;
 mod parse;
 mod reader;
@@ -222,11 +224,12 @@ pub struct Export {
     pub dropped: Vec<&'static str>,
     /// [`otel::HISTOGRAM_AGGREGATION`], default [`Histograms::Explicit`].
     pub histograms: Histograms,
-    /// [`otel::SERVICE_NAME`], else `service.name` of [`otel::RESOURCE_ATTRIBUTES`], else
-    /// [`DEFAULT_SERVICE_NAME`].
+    /// [`otel::SERVICE_NAME`], else `service.name` of [`otel::RESOURCE_ATTRIBUTES`], else the
+    /// job's name or id from the launcher ([`LAUNCHER`]), else [`DEFAULT_SERVICE_NAME`].
     pub service_name: String,
     /// Launcher identity ([`LAUNCHER`]) overlaid with [`otel::RESOURCE_ATTRIBUTES`] (without
-    /// `service.name`), sorted by key.
+    /// `service.name`), with `service.namespace` = the job's id unless the user set it; sorted
+    /// by key.
     pub resource: Vec<(String, String)>,
     /// The CA certificates trusted for an `https://` collector instead of the system's:
     /// [`otel::METRICS_CERTIFICATE`], [`otel::CERTIFICATE`]; default (and always without the
@@ -242,6 +245,15 @@ pub struct CaFile {
     pub path: String,
     /// Its contents: PEM, at least one certificate, each usable as a trust anchor.
     pub pem: Vec<u8>,
+}
+
+impl Export {
+    /// The value of resource attribute `key` in [`Export::resource`].
+    /// Called on: the telemetry thread, the exporter thread.
+    #[must_use]
+    pub fn attribute(&self, key: &str) -> Option<&str> {
+        self.resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
 }
 
 impl Default for Config {

@@ -8,6 +8,7 @@ use crate::record::handle::MAX_LANE_SLOTS;
 mod docs;
 mod export;
 mod friendly;
+mod launcher;
 
 fn load(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
     Config::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned()))
@@ -478,25 +479,10 @@ fn headers_overlay_and_stay_secret() {
 
 #[test]
 fn resource_and_service_name() {
-    let (config, warnings) = load(&[
-        ("SLURM_JOB_ID", "4242"),
-        ("RANK", " 3 "),
-        ("POD_NAME", ""),
-        (
-            otel::RESOURCE_ATTRIBUTES,
-            "team=ml,service.name=from-resource,job.rank=7",
-        ),
-    ]);
+    let (config, warnings) = load(&[(otel::RESOURCE_ATTRIBUTES, "team=ml,service.name=from-resource")]);
     assert!(warnings.is_empty());
     assert_eq!(config.export.service_name, "from-resource");
-    assert_eq!(
-        config.export.resource,
-        [
-            ("job.rank".into(), "7".into()),
-            ("slurm.job.id".into(), "4242".into()),
-            ("team".into(), "ml".into())
-        ]
-    );
+    assert_eq!(config.export.resource, [("team".into(), "ml".into())]);
     let (config, _) = load(&[
         (otel::RESOURCE_ATTRIBUTES, "service.name=from-resource"),
         (otel::SERVICE_NAME, "trainer"),

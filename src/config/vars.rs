@@ -3,7 +3,8 @@
 //! [`Config::from_lookup`], [`Config::describe`] and `docs/configuration.md` (rendered from the
 //! rows; a unit test fails on drift) all read the same row. The standard OpenTelemetry variables
 //! ([`otel`]) are resolved by `chain.rs`; their documentation rows are `STANDARD_DOCS`. Then the
-//! launcher's variables and the defaults that are names themselves.
+//! launcher's variables (`LAUNCHER`, applied by `launcher.rs`, also rendered into the document) and
+//! the defaults that are names themselves.
 #![forbid(unsafe_code)]
 
 use super::parse::{
@@ -241,9 +242,9 @@ variables! {
     EXPORT_FILE = "NCCL_PROFILER_OTEL_EXPORT_FILE" {
         doc: "Path of the `file` exporter, created (with its directories) or appended to, at the first `init`: a \
               path that cannot be opened is reported then (one WARN; every export fails and is counted until it \
-              can be). `%h` is the host name, `%p` the process id, `%r` the launcher's rank (`RANK`, else \
-              `SLURM_PROCID`; `x` when neither is set), `%j` the job (`SLURM_JOB_ID`; `x` when unset), `%%` a \
-              `%`. Relative paths are relative to the working directory at that `init`.",
+              can be). `%h` is the host name, `%p` the process id, `%r` the launcher's rank (resource \
+              attribute `job.rank`; `x` when unset), `%j` the job (`job.id`; `x` when unset), `%%` a `%`. \
+              Relative paths are relative to the working directory at that `init`.",
         valid: "a path whose only `%` sequences are `%h`, `%p`, `%r`, `%j`, `%%`",
         default_note: "",
         fallback: Value(|c| c.export.file = DEFAULT_EXPORT_FILE.to_owned()),
@@ -467,7 +468,8 @@ pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
     StandardDoc {
         names: &[otel::SERVICE_NAME],
         doc: "`service.name` of the resource.",
-        default: "`service.name` of `OTEL_RESOURCE_ATTRIBUTES`, else `nccl`",
+        default: "`service.name` of `OTEL_RESOURCE_ATTRIBUTES`, else the job's name or id (Launcher identity), \
+                  else `nccl`",
         on_bad: "—",
     },
     StandardDoc {
@@ -490,18 +492,74 @@ pub(super) const STANDARD_DOCS: &[StandardDoc] = &[
     },
 ];
 
-/// Launcher variables that become resource attributes when set: (variable, attribute).
-pub const LAUNCHER: [(&str, &str); 7] = [
-    ("SLURM_JOB_ID", "slurm.job.id"),
-    ("SLURM_PROCID", "slurm.procid"),
-    ("RANK", "job.rank"),
-    ("LOCAL_RANK", "job.local_rank"),
-    ("WORLD_SIZE", "job.world_size"),
-    ("POD_NAME", "k8s.pod.name"),
-    ("POD_NAMESPACE", "k8s.namespace.name"),
+/// One launcher variable that becomes a resource attribute when set (`launcher.rs` applies them).
+pub struct LauncherVar {
+    /// The environment variable.
+    pub name: &'static str,
+    /// The launcher that sets it: [`SLURM`], [`TORCHRUN`], [`MPI`] or [`KUBERNETES`].
+    pub launcher: &'static str,
+    /// The resource attribute it becomes.
+    pub attribute: &'static str,
+}
+
+/// [`LauncherVar::launcher`] of Slurm's variables (`srun`, `sbatch`).
+pub const SLURM: &str = "slurm";
+/// [`LauncherVar::launcher`] of torchrun's (TorchElastic's) variables.
+pub const TORCHRUN: &str = "torchrun";
+/// [`LauncherVar::launcher`] of Open MPI's and PMIx's variables (`mpirun`, `srun --mpi=pmix`).
+pub const MPI: &str = "mpi";
+/// [`LauncherVar::launcher`] of the variables a pod's spec sets with the downward API (and
+/// `JOB_COMPLETION_INDEX`, which Kubernetes sets in an Indexed Job's pods); read only when
+/// [`IN_KUBERNETES`] is set.
+pub const KUBERNETES: &str = "kubernetes";
+/// Set by Kubernetes in every container: the [`KUBERNETES`] rows count only inside a pod, since
+/// names such as `NODE_NAME` are common elsewhere.
+pub const IN_KUBERNETES: &str = "KUBERNETES_SERVICE_HOST";
+
+/// The launcher variables. For each attribute the first row that is set (non-empty after
+/// trimming) wins, so the order is the precedence: the job's id and name from the outermost
+/// launcher, the scheduler (Slurm, then torchrun's run id, then the PMIx namespace); the
+/// process's place in it from the innermost one (torchrun, then MPI, then Slurm), because the
+/// workers of a torchrun started by `srun` all inherit that one task's `SLURM_PROCID`.
+pub const LAUNCHER: [LauncherVar; 25] = [
+    launcher("SLURM_JOB_ID", SLURM, "job.id"),
+    launcher("TORCHELASTIC_RUN_ID", TORCHRUN, "job.id"),
+    launcher("PMIX_NAMESPACE", MPI, "job.id"),
+    launcher("SLURM_JOB_NAME", SLURM, "job.name"),
+    launcher("K8S_JOB_NAME", KUBERNETES, "job.name"),
+    launcher("RANK", TORCHRUN, "job.rank"),
+    launcher("OMPI_COMM_WORLD_RANK", MPI, "job.rank"),
+    launcher("PMIX_RANK", MPI, "job.rank"),
+    launcher("SLURM_PROCID", SLURM, "job.rank"),
+    launcher("LOCAL_RANK", TORCHRUN, "job.local_rank"),
+    launcher("OMPI_COMM_WORLD_LOCAL_RANK", MPI, "job.local_rank"),
+    launcher("SLURM_LOCALID", SLURM, "job.local_rank"),
+    launcher("GROUP_RANK", TORCHRUN, "job.node_rank"),
+    launcher("SLURM_NODEID", SLURM, "job.node_rank"),
+    launcher("JOB_COMPLETION_INDEX", KUBERNETES, "job.node_rank"),
+    launcher("WORLD_SIZE", TORCHRUN, "job.world_size"),
+    launcher("OMPI_COMM_WORLD_SIZE", MPI, "job.world_size"),
+    launcher("SLURM_NTASKS", SLURM, "job.world_size"),
+    launcher("SLURMD_NODENAME", SLURM, "job.node_name"),
+    launcher("POD_NAME", KUBERNETES, "k8s.pod.name"),
+    launcher("K8S_POD_NAME", KUBERNETES, "k8s.pod.name"),
+    launcher("POD_NAMESPACE", KUBERNETES, "k8s.namespace.name"),
+    launcher("K8S_NAMESPACE", KUBERNETES, "k8s.namespace.name"),
+    launcher("NODE_NAME", KUBERNETES, "k8s.node.name"),
+    launcher("K8S_NODE_NAME", KUBERNETES, "k8s.node.name"),
 ];
 
-/// `service.name` when neither [`otel::SERVICE_NAME`] nor [`otel::RESOURCE_ATTRIBUTES`] sets it.
+/// A row of [`LAUNCHER`].
+const fn launcher(name: &'static str, launcher: &'static str, attribute: &'static str) -> LauncherVar {
+    LauncherVar {
+        name,
+        launcher,
+        attribute,
+    }
+}
+
+/// `service.name` when neither [`otel::SERVICE_NAME`] nor [`otel::RESOURCE_ATTRIBUTES`] sets it and
+/// no launcher is detected.
 pub const DEFAULT_SERVICE_NAME: &str = "nccl";
 /// Default of [`EXPORT_FILE`]: in the working directory, one file per process.
 pub const DEFAULT_EXPORT_FILE: &str = "nccl-otel-%h-%p.jsonl";

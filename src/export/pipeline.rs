@@ -1,15 +1,16 @@
 //! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
 //! recording of every window summary (with the weights of sampling and the operations counted
 //! without a record: [`super::weighted`]), the interval's link and channel figures
-//! ([`crate::aggregate::interval`]), the self-telemetry
-//! counters and each communicator's progress ([`progress`]), and one export request per interval
-//! (or flush) handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
+//! ([`crate::aggregate::interval`]), the self-telemetry counters, each communicator's progress
+//! ([`progress`]) and membership ([`member`]), and one export request per interval (or flush)
+//! handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+mod member;
 mod progress;
 
 use opentelemetry::metrics::MeterProvider as _;
@@ -85,6 +86,7 @@ pub struct Pipeline {
     tags: UserTags,
     endpoint: String,
     progress: progress::Progress,
+    members: member::Members,
     /// Whether the last logged export state was failing.
     failing: bool,
     failures_logged: u64,
@@ -130,6 +132,7 @@ impl Pipeline {
             seen: Seen::default(),
             tags: UserTags::default(),
             progress,
+            members: member::Members::new(&meter, export),
             endpoint: match export.exporter {
                 Exporter::File => format!("file {}", export.file),
                 Exporter::Stdout => "stdout".to_owned(),
@@ -292,6 +295,7 @@ impl Pipeline {
         i.link_samples.clear();
         self.sampling.ratio.clear();
         self.progress.clear();
+        self.members.clear();
         // Steps shed anywhere in the process: no transfer of the interval is known idle.
         if own.comms.iter().any(|c| c.counts.shed > self.last_drops(c).shed) {
             self.current.shed();
@@ -423,6 +427,7 @@ impl Pipeline {
             if known && !c.live && shed == 0 && deltas.iter().all(|(_, d)| *d == 0) {
                 continue;
             }
+            self.member(meta);
             for (reason, delta) in deltas {
                 let mut attrs = comm_attrs(meta);
                 attrs.push(KeyValue::new("nccl.reason", reason));

@@ -315,16 +315,13 @@ fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// The file exporter's path for this process ([`expand_path`] with its host, pid, and the
-/// launcher's rank and job from the resource: `job.rank`, else `slurm.procid`; `slurm.job.id`).
+/// launcher's rank and job from the resource: `job.rank`, `job.id`).
 pub fn file_path(config: &config::Export) -> String {
-    let attribute = |key: &str| config.resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     let values = PathValues {
         host: &host_name(),
         pid: std::process::id(),
-        rank: attribute("job.rank")
-            .or_else(|| attribute("slurm.procid"))
-            .unwrap_or("x"),
-        job: attribute("slurm.job.id").unwrap_or("x"),
+        rank: config.attribute("job.rank").unwrap_or("x"),
+        job: config.attribute("job.id").unwrap_or("x"),
     };
     expand_path(&config.file, &values)
 }

@@ -5,8 +5,8 @@
 //!
 //! Compared exactly: metric names, units, kinds, descriptions, attribute sets, counter values,
 //! histogram counts, and the sums and bucket counts of every non-duration histogram. Values the
-//! host's timing decides (durations, fitted gauges, windows and requests per run) are shown as
-//! `~` and checked instead against the workload's truth within the export tests' tolerances
+//! host's timing decides (durations, fitted gauges, windows and requests per run) and the host's
+//! name are shown as `~` and checked instead against the workload's truth within the export tests' tolerances
 //! (`support::export::check`).
 //!
 //! `GOLDEN_UPDATE=1 cargo test --test export golden::` rewrites the file.
@@ -29,6 +29,9 @@ const TIMING: [&str; 4] = [
     "nccl.link.samples",
 ];
 
+/// Point attributes whose values name the machine the test runs on: shown as `~`.
+const MACHINE: [&str; 2] = ["host.name", "job.node_name"];
+
 /// Whether a metric's values are durations or fits of them.
 fn timed(name: &str, unit: &str) -> bool {
     TIMING.contains(&name) || matches!(unit, "s" | "By/s") || name.ends_with(".r2")
@@ -46,7 +49,17 @@ fn canonical(reqs: &[ExportMetricsServiceRequest]) -> String {
         let mut lines: Vec<String> = points(m)
             .into_iter()
             .map(|p| {
-                let attrs: Vec<String> = p.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let attrs: Vec<String> = p
+                    .attrs
+                    .iter()
+                    .map(|(k, v)| {
+                        if MACHINE.contains(&k.as_str()) {
+                            format!("{k}=~")
+                        } else {
+                            format!("{k}={v}")
+                        }
+                    })
+                    .collect();
                 let timed = timed(name, &m.unit);
                 let value = match (p.buckets.is_empty(), timed) {
                     (true, true) => "value=~".to_owned(),

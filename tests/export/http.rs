@@ -92,14 +92,16 @@ fn workload_arrives_with_the_documented_catalogue() {
 
     // Resource.
     let res = resource(&reqs);
-    assert_eq!(res["service.name"], "nccl");
+    assert_eq!(res["service.name"], "4242");
+    assert_eq!(res["service.namespace"], "4242");
     assert_eq!(res["process.pid"], std::process::id().to_string());
     assert_eq!(res["host.name"], nccl_profiler_otel::export::host_name());
     assert_eq!(
         res["service.instance.id"],
-        format!("{}:{}", res["host.name"], res["process.pid"])
+        format!("{}:{}:3", res["host.name"], res["process.pid"])
     );
-    assert_eq!(res["slurm.job.id"], "4242");
+    assert_eq!(res["job.id"], "4242");
+    assert_eq!(res["job.launcher"], "slurm");
     assert_eq!(res["job.rank"], "3");
     assert_eq!(res["job.local_rank"], "1");
     assert_eq!(res["job.world_size"], "8");

@@ -141,8 +141,8 @@ fn metrics_arrive_intact_through_rotel() {
     sx::check(&reqs, &truth2);
     sx::check_catalogue(&reqs);
     let res = resource(&reqs);
-    assert_eq!(res["service.name"], "nccl");
-    assert_eq!(res["slurm.job.id"], "777");
+    assert_eq!(res["service.name"], "777");
+    assert_eq!(res["job.id"], "777");
     assert_eq!(res["process.pid"], std::process::id().to_string());
     println!(
         "through rotel: {} requests, {} series of two processes, {:?}",

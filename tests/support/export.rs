@@ -654,8 +654,9 @@ pub fn check_documented(reqs: &[ExportMetricsServiceRequest]) {
                 m.name, p.attrs
             );
             // A reason only where there is one; a tag only on tagged operations; graph capture
-            // only where NCCL tells (2.28+); a peer only for a wait on one.
-            let optional = ["nccl.reason", "nccl.user_tag", "nccl.graph_captured"];
+            // only where NCCL tells (2.28+); a peer only for a wait on one; a launcher rank only
+            // where the launcher gives one.
+            let optional = ["nccl.reason", "nccl.user_tag", "nccl.graph_captured", "job.rank"];
             let local = m.name == "nccl.progress.hang.stuck";
             let required: Vec<&String> = keys
                 .iter()

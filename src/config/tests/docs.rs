@@ -1,7 +1,7 @@
 //! `docs/configuration.md` against the rows it is rendered from: the table of our variables
-//! ([`VARS`]), the table of the standard ones ([`STANDARD_DOCS`]) and the example configuration
-//! line. On drift the test fails and prints the fresh text; with `BLESS=1` it writes it into the
-//! file instead.
+//! ([`VARS`]), the table of the standard ones ([`STANDARD_DOCS`]), the launcher variables
+//! ([`LAUNCHER`]) and the example configuration line. On drift the test fails and prints the
+//! fresh text; with `BLESS=1` it writes it into the file instead.
 
 use std::fmt::Write as _;
 
@@ -14,6 +14,8 @@ const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md")
 const OURS: &str = "| variable | meaning | default | valid values | on a bad value |";
 /// The header row of the standard variables' table.
 const STANDARD_TABLE: &str = "| variable | meaning | default | on a bad value |";
+/// The header row of the launcher variables' table.
+const LAUNCHER_TABLE: &str = "| variable | launcher | resource attribute |";
 /// How the example configuration line starts, up to the version.
 const EXAMPLE: &str = "NCCL_PROFILER_OTEL: nccl-profiler-otel ";
 
@@ -49,6 +51,15 @@ fn standard() -> String {
     table
 }
 
+/// The table of [`LAUNCHER`], in its order of precedence.
+fn launcher() -> String {
+    let mut table = format!("{LAUNCHER_TABLE}\n|---|---|---|\n");
+    for row in &LAUNCHER {
+        let _ = writeln!(table, "| `{}` | {} | `{}` |", row.name, row.launcher, row.attribute);
+    }
+    table
+}
+
 /// `doc` with the table under `header` (the header and every `|` line right after it) replaced
 /// by `table`.
 fn with_table(doc: &str, header: &str, table: &str) -> String {
@@ -75,11 +86,8 @@ fn with_example(doc: &str) -> String {
 #[test]
 fn docs_match_the_rows() {
     let doc = std::fs::read_to_string(PATH).unwrap();
-    let fresh = with_example(&with_table(
-        &with_table(&doc, OURS, &ours()),
-        STANDARD_TABLE,
-        &standard(),
-    ));
+    let tables = with_table(&with_table(&doc, OURS, &ours()), STANDARD_TABLE, &standard());
+    let fresh = with_example(&with_table(&tables, LAUNCHER_TABLE, &launcher()));
     if fresh == doc {
         return;
     }
@@ -89,9 +97,10 @@ fn docs_match_the_rows() {
     }
     panic!(
         "docs/configuration.md does not match the rows of src/config/vars.rs: rerun with BLESS=1 to rewrite \
-         it, or paste\n\n{}\n{}\nNCCL_PROFILER_OTEL: {}\n",
+         it, or paste\n\n{}\n{}\n{}\nNCCL_PROFILER_OTEL: {}\n",
         ours(),
         standard(),
+        launcher(),
         Config::default().describe()
     );
 }
