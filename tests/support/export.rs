@@ -62,11 +62,19 @@ pub struct Truth {
     pub rank: i32,
 }
 
-/// Sets the environment every export test shares (call once, before the first `init`).
+/// Sets the environment every export test shares (call once, before the first `init`): the
+/// launcher's and the user's identity variables removed (a machine that runs the tests under
+/// Slurm, torchrun or in a pod would rename the service the tests expect), then `extra`.
 ///
 /// # Safety
 /// No other thread may read or write the environment meanwhile.
 pub unsafe fn base_env(extra: &[(&str, &str)]) {
+    use nccl_profiler_otel::config::vars::{IN_KUBERNETES, LAUNCHER, otel};
+    let identity = LAUNCHER.iter().map(|v| v.name);
+    for k in identity.chain([IN_KUBERNETES, otel::RESOURCE_ATTRIBUTES, otel::SERVICE_NAME]) {
+        // SAFETY: the caller guarantees no concurrent environment access.
+        unsafe { std::env::remove_var(k) };
+    }
     let defaults = [
         ("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2"),
         ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "4096"),
