@@ -211,7 +211,12 @@ fn trusted(p: &Plugin) {
 fn untrusted(p: &Plugin) {
     // Open until the end: the plugin logs through NCCL's logger while a communicator lives.
     let (keeper, _) = p.init(Some("keeper"), TRUTH.hash + 1, 1, 2, 0);
-    let warnings = emulator::logger::warnings();
+    // Configuration lines come at INFO.
+    let infos: Vec<String> = emulator::logger::lines()
+        .into_iter()
+        .filter(|l| l.level == 3)
+        .map(|l| l.text)
+        .collect();
     let bad_file = std::env::var(otel::METRICS_CERTIFICATE).ok();
     let expected: Vec<String> = bad_file
         .iter()
@@ -223,12 +228,9 @@ fn untrusted(p: &Plugin) {
             )
         })
         .collect();
-    let config: Vec<&String> = warnings.iter().filter(|w| w.contains("_CERTIFICATE")).collect();
-    assert_eq!(config.len(), expected.len(), "{warnings:?}");
-    assert!(
-        config.iter().zip(&expected).all(|(w, e)| w.ends_with(e)),
-        "{warnings:?}"
-    );
+    let config: Vec<&String> = infos.iter().filter(|w| w.contains("_CERTIFICATE")).collect();
+    assert_eq!(config.len(), expected.len(), "{infos:?}");
+    assert!(config.iter().zip(&expected).all(|(w, e)| w.ends_with(e)), "{infos:?}");
 
     let (c, _) = sx::workload(p, TRUTH.hash, TRUTH.name);
     p.finalize(c.context);
