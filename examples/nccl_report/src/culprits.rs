@@ -48,7 +48,10 @@ impl Members {
                 "" => get(&attrs, "host.name"),
                 node => node,
             };
-            let key = (get(&attrs, "nccl.comm.hash").to_owned(), get(&attrs, "nccl.rank").to_owned());
+            let key = (
+                get(&attrs, "nccl.comm.hash").to_owned(),
+                get(&attrs, "nccl.rank").to_owned(),
+            );
             out.insert(key, (node.to_owned(), get(&attrs, "job.rank").to_owned()));
         }
         Members(out)
@@ -100,7 +103,11 @@ pub fn print_slowest_links(requests: &[Request]) {
         human_bytes(mid)
     );
     for (attrs, bw) in links.iter().take(SLOWEST) {
-        let (hash, src, dst) = (get(attrs, "nccl.comm.hash"), get(attrs, "nccl.rank"), get(attrs, "nccl.peer"));
+        let (hash, src, dst) = (
+            get(attrs, "nccl.comm.hash"),
+            get(attrs, "nccl.rank"),
+            get(attrs, "nccl.peer"),
+        );
         text += &format!(
             "  {src} → {dst}: {}/s, {:.2}× the median, comm {}\n    {} → {}\n",
             human_bytes(*bw),
@@ -134,7 +141,7 @@ pub fn print_hangs(requests: &[Request]) {
         any = true;
         let (hash, rank) = (get(attrs, "nccl.comm.hash"), get(attrs, "nccl.rank"));
         text += &format!(
-            "  comm {}: {} hang episodes on {}\n",
+            "  comm {}: {:.0} hang episode(s) on {}\n",
             comm(attrs),
             p.value,
             members.who(hash, rank)
@@ -177,9 +184,7 @@ pub fn print_stragglers(requests: &[Request]) {
             .or_default();
         *w = (w.0 + p.count, w.1 + p.value);
     }
-    let mut text = String::from(
-        "\nStragglers (nccl.progress.peer_wait: how long a rank's senders wait for it)\n",
-    );
+    let mut text = String::from("\nStragglers (nccl.progress.peer_wait: how long a rank's senders wait for it)\n");
     let mut any = false;
     for ((hash, name), peers) in &waits {
         let means: BTreeMap<&String, f64> = peers

@@ -125,17 +125,18 @@ fn summary(requests: &[Request], files: usize, bad: usize) {
         _ => 0.0,
     };
     let skipped = if bad > 0 {
-        format!(", {bad} bad lines skipped")
+        format!("; {bad} bad lines skipped")
     } else {
         String::new()
     };
     culprits::say(format!(
-        "nccl_report: {} export requests from {} processes on {} hosts\n\
-         ({files} files{skipped}), {span:.0} s of exports\n",
+        "nccl_report: {} export requests over {span:.0} s from {files} files\n\
+         processes: {}, hosts: {}{skipped}",
         requests.len(),
         processes.len(),
         hosts.len()
     ));
+    println!();
 }
 
 /// Writes every sample of `requests` to `path` in the OpenMetrics text format, one process at a
