@@ -17,7 +17,8 @@
 
 #[path = "../../../tests/support/otlp_receiver.rs"]
 mod otlp_receiver;
-// The tests' OTLP → Prometheus translation; its promtool and Grafana helpers go unused here.
+// The tests' OTLP → Prometheus translation (its promtool test-case writer goes unused here;
+// the promtool server and Grafana helpers are compiled out without the `testing` feature).
 #[allow(dead_code)]
 #[path = "../../../tests/support/prom/mod.rs"]
 mod prom;
