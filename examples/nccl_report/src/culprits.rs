@@ -84,12 +84,15 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// The [`SLOWEST`] links by bandwidth, against the median link, with the hosts at either end.
+/// The [`SLOWEST`] links by bandwidth, against the median link, with the hosts at either end:
+/// among the links with a latency too, as in the matrix (a bandwidth alone may come from queued
+/// transfers that shared the NIC with another link's).
 pub fn print_slowest_links(requests: &[Request]) {
     let members = Members::new(requests);
+    let latency = latest(requests, "nccl.link.latency");
     let mut links: Vec<(Attrs, f64)> = latest(requests, "nccl.link.bandwidth")
         .into_iter()
-        .filter(|(_, p)| p.value.is_finite() && p.value > 0.0)
+        .filter(|(a, p)| p.value.is_finite() && p.value > 0.0 && latency.contains_key(a))
         .map(|(a, p)| (a, p.value))
         .collect();
     if links.is_empty() {
