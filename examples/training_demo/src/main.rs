@@ -9,44 +9,92 @@
 //! (host and GPU), and the per-link latency/bandwidth matrix from the
 //! plugin's regression (`MIN` mode unless set), where the slow link stands out. No collector or
 //! GPU needed.
+//!
+//! `--save FILE` also writes what the collector received to FILE as the file exporter's
+//! OTLP-JSON lines (what `nccl_report` reads); `--ranks A-B` emulates only those of the 8 ranks,
+//! so that several runs make a multi-process file set. With `NCCL_PROFILER_OTEL_EXPORTER=file`
+//! the plugin writes its own file instead, and the demo prints where rather than a report.
 
 #[path = "../../../tests/support/emulator/mod.rs"]
 mod emulator;
 #[path = "../../../tests/support/otlp_receiver.rs"]
 mod otlp_receiver;
+mod report;
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
+use std::ops::RangeInclusive;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use emulator::release::{self, Release};
 use emulator::{Link, Network, Plugin, Version, Workload};
-use otlp_receiver::{Receiver, find, points};
+use otlp_receiver::{Receiver, find};
 
 const RANKS: usize = 8;
 const PER_NODE: usize = 4;
 const SLOW: (usize, usize) = (3, 4);
 const ITERATIONS: usize = 20;
+/// The first communicator's hash, the same in every run, as NCCL's ranks agree on it: the runs
+/// of a file set made with `--ranks` are one job.
+const COMM_HASH: u64 = 0x6e63_636c_0000_0001;
 
-/// `--nccl X.Y.Z` and `--abi vN` from the command line.
-fn parse_args() -> Result<(Release, Option<Version>), String> {
-    let (mut nccl, mut abi) = (Release::V2_30_7, None);
+/// What the command line asks for.
+struct Args {
+    /// `--nccl X.Y.Z`.
+    nccl: Release,
+    /// `--abi vN`.
+    abi: Option<Version>,
+    /// `--ranks A-B` (or `A`): the ranks this run emulates.
+    ranks: RangeInclusive<usize>,
+    /// `--save FILE`.
+    save: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut out = Args {
+        nccl: Release::V2_30_7,
+        abi: None,
+        ranks: 0..=RANKS - 1,
+        save: None,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--nccl" => {
-                nccl = Release::parse(&value).ok_or_else(|| format!("--nccl {value}: not a release like 2.31.2"))?
+                out.nccl = Release::parse(&value).ok_or_else(|| format!("--nccl {value}: not a release like 2.31.2"))?
             }
             "--abi" => {
-                abi = Some(Version::parse(&value).ok_or_else(|| format!("--abi {value}: not a version like v7"))?)
+                out.abi = Some(Version::parse(&value).ok_or_else(|| format!("--abi {value}: not a version like v7"))?)
             }
+            "--ranks" => {
+                let (a, b) = value.split_once('-').unwrap_or((&value, &value));
+                out.ranks = match (a.parse::<usize>(), b.parse::<usize>()) {
+                    (Ok(a), Ok(b)) if a <= b && b < RANKS => a..=b,
+                    _ => return Err(format!("--ranks {value}: not ranks A-B with A ≤ B < {RANKS}")),
+                };
+            }
+            "--save" => out.save = Some(value),
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
-    Ok((nccl, abi))
+    Ok(out)
+}
+
+/// Whether the plugin writes its own file (`NCCL_PROFILER_OTEL_EXPORTER=file`).
+fn file_exporter() -> bool {
+    std::env::var("NCCL_PROFILER_OTEL_EXPORTER").is_ok_and(|e| e.trim().eq_ignore_ascii_case("file"))
+}
+
+/// Writes `requests` to `path`, one OTLP-JSON line each, as the plugin's file exporter does.
+fn save(path: &str, requests: &[otlp_receiver::ExportMetricsServiceRequest]) -> Result<(), String> {
+    let mut out = Vec::new();
+    for r in requests {
+        serde_json::to_writer(&mut out, r).map_err(|e| e.to_string())?;
+        out.push(b'\n');
+    }
+    std::fs::write(path, out).map_err(|e| format!("cannot write {path}: {e}"))
 }
 
 /// A one-line progress bar on stderr, redrawn every 5 %.
@@ -79,10 +127,18 @@ fn main() -> ExitCode {
             std::env::set_var("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN");
         }
     }
-    let (nccl, abi) = match parse_args() {
-        Ok(choice) => choice,
+    let Args {
+        nccl,
+        abi,
+        ranks,
+        save: save_to,
+    } = match parse_args() {
+        Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: training_demo [--nccl 2.23.4 … 2.31.2] [--abi v1 … v7]");
+            eprintln!(
+                "{e}\nusage: training_demo [--nccl 2.23.4 … 2.31.2] [--abi v1 … v7]\n       \
+                 [--ranks A-B] [--save FILE]"
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -120,214 +176,61 @@ fn main() -> ExitCode {
         SLOW.0,
         SLOW.1
     );
-    println!("OTLP/HTTP to the in-process collector at {}\n", receiver.endpoint());
+    if file_exporter() {
+        println!("OTLP-JSON lines to the plugin's file (NCCL_PROFILER_OTEL_EXPORTER=file)\n");
+    } else {
+        println!("OTLP/HTTP to the in-process collector at {}\n", receiver.endpoint());
+    }
     // One rank at a time, as on a real cluster where each rank has its own cores: all 8 ranks'
     // threads on this machine's cores at once would measure the host, not the modelled network.
     let workload = Workload::training(net, ITERATIONS);
     let mut issued = 0;
-    for rank in 0..RANKS {
+    let emulated = ranks.clone().count();
+    for (nth, rank) in ranks.enumerate() {
         let mut w = workload.clone();
         w.comms = workload
             .comms
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(i, c)| {
                 let local = c.members.iter().position(|&m| m == rank).map(|r| r as i32);
-                c.clone().emulate(local)
+                c.clone().emulate(local).with_hash(COMM_HASH + i as u64)
             })
             .collect();
         let report = w.run_with_progress(&plugin, &|done, total| {
-            progress(rank * total + done, RANKS * total);
+            progress(nth * total + done, emulated * total);
         });
         issued += report.collectives.len();
     }
     eprintln!();
     drop(plugin); // every communicator was finalized; NCCL would dlclose now
+    if file_exporter() {
+        let file = std::env::var("NCCL_PROFILER_OTEL_EXPORT_FILE").unwrap_or("nccl-otel-%h-%p.jsonl".into());
+        println!(
+            "emulator: {issued} collectives and P2P operations issued; the plugin's export\n\
+             is in {file}\n(%h host, %p pid): cargo run --release -p nccl-report -- FILE..."
+        );
+        return ExitCode::SUCCESS;
+    }
     let complete = |r: &[_]| find(r, "nccl.link.latency").is_some() && find(r, "nccl.coll.duration").is_some();
     if !receiver.wait_for(Duration::from_secs(10), complete) {
         eprintln!("the collector received no link or collective metrics");
         return ExitCode::FAILURE;
     }
     let requests = receiver.requests();
-    print_collectives(&requests);
-    print_links(&requests);
+    if let Err(e) = save_to.map_or(Ok(()), |path| save(&path, &requests)) {
+        eprintln!("{e}");
+        return ExitCode::FAILURE;
+    }
+    report::print_collectives(&requests);
+    let mode = std::env::var("NCCL_PROFILER_LINEAR_REGRESSION_MODE")
+        .unwrap_or_default()
+        .to_uppercase();
+    report::print_links(&report::link_cells(&requests), RANKS, Some(&mode));
     println!(
         "\nemulator: {issued} collectives and P2P operations issued;\n{} OTLP requests received; {:.1} s in all",
         requests.len(),
         started.elapsed().as_secs_f64()
     );
     ExitCode::SUCCESS
-}
-
-/// Latest cumulative value per attribute set of a metric.
-fn latest(
-    requests: &[otlp_receiver::ExportMetricsServiceRequest],
-    name: &str,
-) -> BTreeMap<Vec<(String, String)>, otlp_receiver::Point> {
-    let mut out = BTreeMap::new();
-    for r in requests {
-        for m in otlp_receiver::metrics(std::slice::from_ref(r))
-            .into_iter()
-            .filter(|m| m.name == name)
-        {
-            for p in points(m) {
-                out.insert(p.attrs.clone().into_iter().collect(), p);
-            }
-        }
-    }
-    out
-}
-
-/// Per (function, size class): operations; (count, sum) of latencies and of service times; the
-/// summed bus bytes and seconds of the host's (service) and the GPU's bus bandwidth.
-#[derive(Default)]
-struct Row {
-    ops: u64,
-    latency: (u64, f64),
-    service: (u64, f64),
-    bus: [(f64, f64); 2],
-}
-
-/// A size class's bytes (`1KiB` … `4GiB`), to sort by; `unknown` last.
-fn class_bytes(class: &str) -> u64 {
-    let (n, unit) = class.split_at(class.find(|c: char| !c.is_ascii_digit()).unwrap_or(class.len()));
-    let shift = match unit {
-        "KiB" => 10,
-        "MiB" => 20,
-        "GiB" => 30,
-        _ => return u64::MAX,
-    };
-    n.parse::<u64>().map_or(u64::MAX, |n| n << shift)
-}
-
-/// Prints the collectives table: 70 columns. busBw is nccl-tests': the bus bytes over the
-/// service time, summed (a ratio of sums); GPU busBw the same over the kernels' time
-/// (collectives only).
-fn print_collectives(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
-    println!("Collectives and P2P sends (all ranks; means; busBw as nccl-tests computes it)");
-    println!(
-        "{:<13} {:<7} {:>6} {:>9} {:>9} {:>10} {:>10}",
-        "function", "size", "ops", "latency", "service", "busBw", "GPU busBw"
-    );
-    let mut rows: BTreeMap<(String, u64, String), Row> = BTreeMap::new();
-    let key = |attrs: &[(String, String)]| {
-        let get = |k: &str| {
-            attrs
-                .iter()
-                .find(|(n, _)| n == k)
-                .map_or("-".to_string(), |(_, v)| v.clone())
-        };
-        let class = get("nccl.size_class");
-        (get("nccl.func"), class_bytes(&class), class)
-    };
-    for family in ["coll", "p2p"] {
-        let series = |what: &str| latest(requests, &format!("nccl.{family}.{what}"));
-        for (attrs, p) in series("transfers") {
-            rows.entry(key(&attrs)).or_default().ops += p.count;
-        }
-        for (what, service) in [("duration", false), ("service.duration", true)] {
-            for (attrs, p) in series(what) {
-                let row = rows.entry(key(&attrs)).or_default();
-                let h = if service { &mut row.service } else { &mut row.latency };
-                *h = (h.0 + p.count, h.1 + p.value);
-            }
-        }
-        // Collectives only: a group's P2P sends run together, their times do not add up.
-        for (i, clock) in ["service", "kernel"].into_iter().enumerate() {
-            for (attrs, p) in series(&format!("{clock}.bus_bytes")) {
-                rows.entry(key(&attrs)).or_default().bus[i].0 += p.value;
-            }
-            for (attrs, p) in series(&format!("{clock}.time")) {
-                rows.entry(key(&attrs)).or_default().bus[i].1 += p.value;
-            }
-        }
-    }
-    let mean = |(n, sum): (u64, f64)| if n > 0 { sum / n as f64 } else { f64::NAN };
-    let rate = |(bytes, secs): (f64, f64)| if secs > 0.0 { bytes / secs } else { f64::NAN };
-    for ((func, _, class), row) in rows.into_iter().filter(|(_, r)| r.ops > 0) {
-        println!(
-            "{func:<13} {class:<7} {:>6} {:>9} {:>9} {:>10} {:>10}",
-            row.ops,
-            human_secs(mean(row.latency)),
-            human_secs(mean(row.service)),
-            format!("{}/s", human_bytes(rate(row.bus[0]))),
-            format!("{}/s", human_bytes(rate(row.bus[1])))
-        );
-    }
-    println!("latency: enqueue → completion, includes queueing behind earlier operations");
-}
-
-fn print_links(requests: &[otlp_receiver::ExportMetricsServiceRequest]) {
-    let latency = latest(requests, "nccl.link.latency");
-    let bandwidth = latest(requests, "nccl.link.bandwidth");
-    let mut cells: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
-    for (key, lat) in &latency {
-        let a: BTreeMap<_, _> = key.iter().cloned().collect();
-        let (Some(src), Some(dst)) = (a.get("nccl.rank"), a.get("nccl.peer")) else {
-            continue;
-        };
-        let (Ok(src), Ok(dst)) = (src.parse(), dst.parse()) else {
-            continue;
-        };
-        let bw = bandwidth.get(key).map_or(f64::NAN, |p| p.value);
-        cells.insert((src, dst), (lat.value, bw));
-    }
-    let slowest = cells.iter().min_by(|a, b| a.1.1.total_cmp(&b.1.1)).map(|(k, _)| *k);
-    let mode = std::env::var("NCCL_PROFILER_LINEAR_REGRESSION_MODE")
-        .unwrap_or_default()
-        .to_uppercase();
-    println!(
-        "\nPer-link latency (µs) / bandwidth (GB/s), sender → receiver, from the\n\
-         plugin's regression (mode {mode})"
-    );
-    // 7 + 8 × 9 = 79 columns.
-    print!("{:>7}", "src\\dst");
-    (0..RANKS).for_each(|d| print!("{d:>9}"));
-    println!();
-    for s in 0..RANKS {
-        print!("{s:>7}");
-        for d in 0..RANKS {
-            match cells.get(&(s, d)) {
-                Some((lat, bw)) => {
-                    let mark = if slowest == Some((s, d)) { "*" } else { " " };
-                    print!("{:>9}", format!("{:.0}/{:.1}{mark}", lat * 1e6, bw / 1e9));
-                }
-                None => print!("{:>9}", "·"),
-            }
-        }
-        println!();
-    }
-    if let Some((s, d)) = slowest {
-        let (lat, bw) = cells[&(s, d)];
-        println!(
-            "* slowest link: {s} → {d} at {:.1} GB/s (latency {:.0} µs)",
-            bw / 1e9,
-            lat * 1e6
-        );
-    }
-    println!("· no transfer measured (same node, or not a ring/all-to-all neighbour)");
-}
-
-/// Bytes in decimal units (kB, MB, GB: the units of bandwidths).
-fn human_bytes(b: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
-    let mut v = b;
-    let mut unit = 0;
-    while v >= 1000.0 && unit + 1 < UNITS.len() {
-        v /= 1000.0;
-        unit += 1;
-    }
-    if !v.is_finite() {
-        return "-".into();
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
-
-fn human_secs(s: f64) -> String {
-    if !s.is_finite() {
-        "-".into()
-    } else if s < 1e-3 {
-        format!("{:.1} µs", s * 1e6)
-    } else {
-        format!("{:.2} ms", s * 1e3)
-    }
 }

@@ -11,7 +11,10 @@
 //! `instance` label. Each export request is one step: of the test's interval for `promtool test
 //! rules`, at its collection time in OpenMetrics for a real server (`server`).
 
+// The test harness's (the `testing` feature): `nccl_report` includes only the translation.
+#[cfg(feature = "testing")]
 pub mod dashboard;
+#[cfg(feature = "testing")]
 pub mod server;
 
 use std::collections::BTreeMap;
