@@ -456,6 +456,14 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
     };
     let ok = |holds: bool, what: &str| if holds { Ok(()) } else { Err(what.to_owned()) };
     match title {
+        t if t.starts_with("Time in collectives per rank") => ok(
+            all_ranks_of(slow) && hosted() && rows.iter().all(|r| r.1 > 0.0 && r.1 <= 1.5),
+            "every rank of the slow-link ring, with its host, in service part of the time",
+        ),
+        t if t.starts_with("Bus bandwidth per rank") => ok(
+            all_ranks_of(slow) && hosted() && rows.iter().all(|r| r.1 > 0.0),
+            "every rank of the slow-link ring, with its host",
+        ),
         t if t.starts_with("Collective latency")
             || t.starts_with("Mean collective")
             || t.starts_with("Bus bandwidth")
@@ -490,14 +498,6 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
             "link 1 -> 2 of the slow-link communicator first, below half the median, with the sending host",
         ),
         t if t.starts_with("Link wire bandwidth and") || t.starts_with("Bytes sent per link") => nonempty(),
-        t if t.starts_with("Time in collectives per rank") => ok(
-            all_ranks_of(slow) && hosted() && rows.iter().all(|r| r.1 > 0.0 && r.1 <= 1.5),
-            "every rank of the slow-link ring, with its host, in service part of the time",
-        ),
-        t if t.starts_with("Bus bandwidth per rank") => ok(
-            all_ranks_of(slow) && hosted() && rows.iter().all(|r| r.1 > 0.0),
-            "every rank of the slow-link ring, with its host",
-        ),
         t if t.starts_with("Stuck operations") => ok(
             rows.iter().any(|r| r.0["nccl_comm_hash"] == stalled) && hosted(),
             "the stall's communicator, with the reporting ranks' host",
