@@ -15,9 +15,10 @@
 //!
 //! Then the exports of each scenario become Prometheus series (`support::prom`) and `promtool test
 //! rules` checks `docs/prometheus/nccl-rules.yml` on them: the alerts fire for (a)–(c) with the
-//! right labels, the culprit's host among them (joined from `nccl.comm.member`; without member
-//! series they still fire, naming the culprit's rank only), and stay silent for (d). Without `promtool` that part is skipped with a message,
-//! unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
+//! right labels, the culprit's host among them (joined from `nccl.comm.member`, also when the
+//! culprit's member series ended over 5 minutes before; without member series they still fire,
+//! naming the culprit's rank only), and stay silent for (d). Without `promtool` that part is
+//! skipped with a message, unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
 
 #[path = "../support"]
 mod support {

@@ -87,7 +87,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                 // Without member series: the same alerts, naming the culprit's rank only.
                 let mut lone = series.clone();
                 lone.retain(|k, _| !k.starts_with("nccl_comm_member{"));
-                let fired = |l: &BTreeMap<String, String>, r: &BTreeMap<String, String>, at: &str| {
+                let fired = |l: &BTreeMap<String, String>, r: &BTreeMap<String, String>, at: &str, step: usize| {
                     let summary = format!("Hang on communicator stall ({hash}), stuck on peer 1{at}");
                     let rank = format!("Rank 1 of communicator stall ({hash}) is stuck{at}");
                     [("NcclHang", l.clone(), summary), ("NcclRankStuck", r.clone(), rank)].map(|(alert, l, summary)| {
@@ -98,11 +98,37 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                         }
                     })
                 };
-                let unjoined = fired(&l, &r, "");
+                let unjoined = fired(&l, &r, "", step);
                 prom::test_case(&mut yaml, "(a) stall, no member series", STEP_SECS, &lone, &unjoined);
                 l.extend(own_labels(&culprit("1")));
                 r.extend(own_labels(&culprit("1")));
-                let [hang, stuck] = fired(&l, &r, &format!(" on host {HOST} (node {NODE})"));
+                let at = format!(" on host {HOST} (node {NODE})");
+                // A killed culprit: rank 1's member series ends more than Prometheus' 5-minute
+                // lookback before the hang (every other series starts `GAP` steps later); the
+                // alerts still name its host.
+                const GAP: usize = 21;
+                let killed: prom::Series = series
+                    .iter()
+                    .map(|(k, v)| {
+                        let mut shifted = vec![None; GAP];
+                        if k.starts_with("nccl_comm_member{") && k.contains("nccl_rank=\"1\"") {
+                            shifted[0] = v.iter().flatten().next().copied();
+                            shifted.resize(GAP + v.len(), None);
+                        } else {
+                            shifted.extend(v.iter().copied());
+                        }
+                        (k.clone(), shifted)
+                    })
+                    .collect();
+                let gone = fired(&l, &r, &at, step + GAP);
+                prom::test_case(
+                    &mut yaml,
+                    "(a) stall, the culprit's member series gone",
+                    STEP_SECS,
+                    &killed,
+                    &gone,
+                );
+                let [hang, stuck] = fired(&l, &r, &at, step);
                 vec![hang, stuck, none("NcclStraggler", step)]
             }
             h if lates.iter().any(|(l, _)| *l == h) => {
