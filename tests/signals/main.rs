@@ -15,8 +15,10 @@
 //!
 //! Then the exports of each scenario become Prometheus series (`support::prom`) and `promtool test
 //! rules` checks `docs/prometheus/nccl-rules.yml` on them: the alerts fire for (a)–(c) with the
-//! right labels and stay silent for (d). Without `promtool` that part is skipped with a message,
-//! unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
+//! right labels, the culprit's host among them (joined from `nccl.comm.member`, also when the
+//! culprit's member series ended over 5 minutes before; without member series they still fire,
+//! naming the culprit's rank only), and stay silent for (d). Without `promtool` that part is
+//! skipped with a message, unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
 
 #[path = "../support"]
 mod support {
@@ -45,6 +47,12 @@ const THRESHOLD: f64 = 1.0;
 /// promtool's step per export.
 const STEP_SECS: u64 = 15;
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus/nccl-rules.yml");
+/// The scenarios' process: its job (`service.namespace/service.name`), and the host, node and
+/// launcher rank its member series name, which the alerts name their culprits by.
+const JOB: &str = "signals/nccl";
+const HOST: &str = "signals-host";
+const NODE: &str = "signals-node";
+const JOB_RANK: &str = "7";
 
 fn ring(name: &str, hash: u64, bytes: u64, iterations: usize, net: Network) -> Workload {
     let comm = CommSpec::new(name, 0..3)
@@ -184,13 +192,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let _serial = serial();
     let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
+    let resource = format!("service.namespace=signals,host.name={HOST},job.node_name={NODE},job.rank={JOB_RANK}");
     // SAFETY: the only test of this binary that runs in this process, before its first `init`.
     let path = unsafe {
         export_to(
             &dir,
             INTERVAL,
             THRESHOLD,
-            &[("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1")],
+            &[
+                ("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1"),
+                ("OTEL_RESOURCE_ATTRIBUTES", &resource),
+            ],
         )
     };
     release::set(Release::V2_31_2);

@@ -10,7 +10,7 @@ use crate::support::export as sx;
 use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
 use crate::support::prom::server::{Row, Server};
 use crate::support::prom::{self, Expect, dashboard};
-use crate::{RULES, STEP_SECS, Scenario};
+use crate::{HOST, JOB, JOB_RANK, NODE, RULES, STEP_SECS, Scenario};
 
 /// The plugin's `service.instance.id`, the `instance` label of its series.
 fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
@@ -18,7 +18,18 @@ fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
     prom::attr(&resource.attributes, "service.instance.id").expect("service.instance.id")
 }
 
-/// The Prometheus rules on each scenario's series.
+/// The labels that name an alert's culprit, rank `rank` of the scenarios' process.
+fn culprit(rank: &str) -> [(&'static str, &str); 4] {
+    [
+        ("culprit_rank", rank),
+        ("culprit_host", HOST),
+        ("culprit_node", NODE),
+        ("culprit_job_rank", JOB_RANK),
+    ]
+}
+
+/// The Prometheus rules on each scenario's series (for the stall also without its member series:
+/// the hang alerts still fire, naming the culprit's rank only).
 pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], lates: &[(u64, Late)], stalled: u64) {
     let instance = instance(reqs);
     let mut yaml = format!("rule_files:\n  - {RULES}\nevaluation_interval: {STEP_SECS}s\ntests:\n");
@@ -41,7 +52,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                 .unwrap_or_default()
                 .to_owned();
             let mut l: BTreeMap<String, String> = [
-                ("job", "nccl".to_owned()),
+                ("job", JOB.to_owned()),
                 ("nccl_comm_hash", hash.clone()),
                 ("nccl_comm_name", name),
             ]
@@ -71,28 +82,60 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                         stuck > 0.0
                     })
                     .expect("an export during the stall");
-                let l = comm(&[("severity", "critical"), ("nccl_peer", "1")]);
-                let summary = format!("Hang on communicator stall ({hash}), stuck on peer 1");
-                let r = comm(&[("severity", "critical"), ("nccl_rank", "1")]);
-                let rank = format!("Rank 1 of communicator stall ({hash}) is stuck");
-                vec![
-                    Expect {
-                        alert: "NcclHang",
-                        step,
-                        fired: vec![(l, summary)],
-                    },
-                    Expect {
-                        alert: "NcclRankStuck",
-                        step,
-                        fired: vec![(r, rank)],
-                    },
-                    none("NcclStraggler", step),
-                ]
+                let mut l = comm(&[("severity", "critical"), ("nccl_peer", "1"), ("culprit_rank", "1")]);
+                let mut r = comm(&[("severity", "critical"), ("nccl_rank", "1"), ("culprit_rank", "1")]);
+                // Without member series: the same alerts, naming the culprit's rank only.
+                let mut lone = series.clone();
+                lone.retain(|k, _| !k.starts_with("nccl_comm_member{"));
+                let fired = |l: &BTreeMap<String, String>, r: &BTreeMap<String, String>, at: &str, step: usize| {
+                    let summary = format!("Hang on communicator stall ({hash}), stuck on peer 1{at}");
+                    let rank = format!("Rank 1 of communicator stall ({hash}) is stuck{at}");
+                    [("NcclHang", l.clone(), summary), ("NcclRankStuck", r.clone(), rank)].map(|(alert, l, summary)| {
+                        Expect {
+                            alert,
+                            step,
+                            fired: vec![(l, summary)],
+                        }
+                    })
+                };
+                let unjoined = fired(&l, &r, "", step);
+                prom::test_case(&mut yaml, "(a) stall, no member series", STEP_SECS, &lone, &unjoined);
+                l.extend(own_labels(&culprit("1")));
+                r.extend(own_labels(&culprit("1")));
+                let at = format!(" on host {HOST} (node {NODE})");
+                // A killed culprit: rank 1's member series ends more than Prometheus' 5-minute
+                // lookback before the hang (every other series starts `GAP` steps later); the
+                // alerts still name its host.
+                const GAP: usize = 21;
+                let killed: prom::Series = series
+                    .iter()
+                    .map(|(k, v)| {
+                        let mut shifted = vec![None; GAP];
+                        if k.starts_with("nccl_comm_member{") && k.contains("nccl_rank=\"1\"") {
+                            shifted[0] = v.iter().flatten().next().copied();
+                            shifted.resize(GAP + v.len(), None);
+                        } else {
+                            shifted.extend(v.iter().copied());
+                        }
+                        (k.clone(), shifted)
+                    })
+                    .collect();
+                let gone = fired(&l, &r, &at, step + GAP);
+                prom::test_case(
+                    &mut yaml,
+                    "(a) stall, the culprit's member series gone",
+                    STEP_SECS,
+                    &killed,
+                    &gone,
+                );
+                let [hang, stuck] = fired(&l, &r, &at, step);
+                vec![hang, stuck, none("NcclStraggler", step)]
             }
             h if lates.iter().any(|(l, _)| *l == h) => {
-                let l = comm(&[("severity", "warning"), ("nccl_peer", "2")]);
+                let mut l = comm(&[("severity", "warning"), ("nccl_peer", "2")]);
+                l.extend(own_labels(&culprit("2")));
                 let name = l["nccl_comm_name"].clone();
-                let summary = format!("Straggler rank 2 in job nccl, communicator {name}");
+                let summary = format!("Straggler rank 2 on host {HOST} in job {JOB}, communicator {name}");
                 vec![
                     Expect {
                         alert: "NcclStraggler",
@@ -104,14 +147,17 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                 ]
             }
             0x5104_0102 => {
-                let l = comm(&[
+                let mut l = comm(&[
                     ("severity", "warning"),
                     ("nccl_rank", "1"),
                     ("nccl_peer", "2"),
                     ("nccl_nranks", "3"),
                     ("instance", &instance),
+                    ("peer_host", HOST),
+                    ("peer_node", NODE),
                 ]);
-                let summary = "Slow link 1 -> 2 on communicator slowlink".to_owned();
+                l.extend(own_labels(&culprit("1")));
+                let summary = format!("Slow link 1 -> 2 ({HOST} -> {HOST}) on communicator slowlink");
                 vec![
                     Expect {
                         alert: "NcclSlowLink",
@@ -189,6 +235,11 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
     let _ = std::fs::remove_file(&file);
 }
 
+/// Labels as owned strings.
+fn own_labels(labels: &[(&str, &str)]) -> Vec<(String, String)> {
+    labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
 /// The largest value of gauge `name` in one request.
 fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
     metrics(std::slice::from_ref(req))
@@ -231,9 +282,12 @@ fn eventually<T>(mut check: impl FnMut() -> Result<T, String>) -> Result<T, Stri
 }
 
 fn has(row: &Row, labels: &[(&str, &str)]) -> bool {
-    labels
-        .iter()
-        .all(|(k, v)| row.0.get(*k).map(String::as_str) == Some(*v))
+    labelled(&row.0, labels)
+}
+
+/// Whether `set` has each of `labels` (name, value).
+fn labelled(set: &BTreeMap<String, String>, labels: &[(&str, &str)]) -> bool {
+    labels.iter().all(|(k, v)| set.get(*k).map(String::as_str) == Some(*v))
 }
 
 /// The row of the smallest (`-1.0`) or largest (`1.0`) value.
@@ -271,17 +325,22 @@ pub fn server(
         }
     })
     .unwrap_or_else(|e| fail(e));
-    let mut wanted: Vec<(&str, String, &str)> = lates.iter().map(|(h, _)| ("NcclStraggler", hex(*h), "2")).collect();
-    wanted.push(("NcclSlowLink", slow.clone(), "2"));
+    // (alert, communicator, peer, culprit rank): each names the culprit's host.
+    let mut wanted: Vec<(&str, String, &str, &str)> = lates
+        .iter()
+        .map(|(h, _)| ("NcclStraggler", hex(*h), "2", "2"))
+        .collect();
+    wanted.push(("NcclSlowLink", slow.clone(), "2", "1"));
     let alerts = eventually(|| {
         let alerts = server.alerts()?;
         let missing: Vec<_> = wanted
             .iter()
-            .filter(|(name, hash, peer)| {
+            .filter(|(name, hash, peer, rank)| {
                 !alerts.iter().any(|a| {
                     a["alertname"] == *name
                         && a["nccl_comm_hash"] == *hash
-                        && a.get("nccl_peer").map(String::as_str) == Some(*peer)
+                        && labelled(a, &[("nccl_peer", peer)])
+                        && labelled(a, &culprit(rank))
                 })
             })
             .collect();
@@ -300,7 +359,10 @@ pub fn server(
         alerts.len()
     );
 
-    // The hang alerts' queries at the stall's first export with a stuck series.
+    // The hang alerts' queries at the stall's first export with a stuck series, with the member
+    // directory they join inlined (the server records it from its start only).
+    let directory = "nccl:comm_member:last15m";
+    let members = &rules.iter().find(|r| r.0 == directory).expect(directory).1;
     let stuck_at = reqs
         .iter()
         .filter(|r| series_at(r, "nccl.progress.hang.stuck") > 0.0)
@@ -308,11 +370,16 @@ pub fn server(
         .next()
         .expect("an export during the stall");
     for (alert, label, value) in [("NcclHang", "nccl_peer", "1"), ("NcclRankStuck", "nccl_rank", "1")] {
-        let query = &rules.iter().find(|r| r.0 == alert).expect(alert).1;
-        let rows = server.query(query, Some(stuck_at)).unwrap_or_else(|e| fail(e));
+        let query = rules
+            .iter()
+            .find(|r| r.0 == alert)
+            .expect(alert)
+            .1
+            .replace(directory, &format!("({members})"));
+        let rows = server.query(&query, Some(stuck_at)).unwrap_or_else(|e| fail(e));
         assert!(
             rows.iter()
-                .any(|r| has(r, &[("nccl_comm_hash", &stalled), (label, value)])),
+                .any(|r| has(r, &[("nccl_comm_hash", &stalled), (label, value)]) && has(r, &culprit("1"))),
             "{alert} at the stall: {rows:?}"
         );
     }
@@ -330,11 +397,31 @@ pub fn server(
         assert!(!rows.is_empty(), "{record} of {hash}: no series");
     }
 
-    // The dashboard: every panel's queries, with the links' communicator the slow-link one.
+    // The dashboard: every panel's queries, with the links' communicator the slow-link one, on the
+    // scenarios' host; on another host, none has data (every query filters by host).
     let known = known_names();
-    let vars = [("$__rate_interval", "1m"), ("$job", "nccl"), ("$comm", slow.as_str())];
-    let panels = dashboard::panels(&vars).unwrap_or_else(|e| panic!("{}: {e}", dashboard::PATH));
-    for panel in panels {
+    let vars = |host| {
+        [
+            ("$__rate_interval", "1m"),
+            ("$job", JOB),
+            ("$host", host),
+            ("$comm", slow.as_str()),
+        ]
+    };
+    let panels = |host| dashboard::panels(&vars(host)).unwrap_or_else(|e| panic!("{}: {e}", dashboard::PATH));
+    for panel in panels("elsewhere") {
+        for q in &panel.queries {
+            let rows = server
+                .query(q, None)
+                .unwrap_or_else(|e| fail(format!("{}: {q}: {e}", panel.title)));
+            assert!(
+                rows.is_empty(),
+                "{}: data from another host: {q}: {rows:?}",
+                panel.title
+            );
+        }
+    }
+    for panel in panels(NODE) {
         let mut rows = Vec::new();
         for q in &panel.queries {
             let unknown: Vec<&str> = names(q).into_iter().filter(|n| !known.contains(*n)).collect();
@@ -346,6 +433,9 @@ pub fn server(
             );
         }
         eprintln!("dashboard: {}: {} series", panel.title, rows.len());
+        if panel.title.starts_with("Operations per second") {
+            once_per_collective(&server, &rows);
+        }
         let expected = expect(&panel.title, &rows, &slow, &stalled, lates);
         assert!(
             expected.is_ok(),
@@ -354,6 +444,22 @@ pub fn server(
             expected.unwrap_err()
         );
     }
+}
+
+/// The dashboard's AllReduces per second count each collective once: a third of what the three
+/// ranks of each ring complete together.
+fn once_per_collective(server: &Server, rows: &[Row]) {
+    let query = format!("sum(rate(nccl_coll_duration_seconds_count{{job=\"{JOB}\", nccl_func=\"AllReduce\"}}[1m]))");
+    let all: f64 = server.query(&query, None).unwrap_or_default().iter().map(|r| r.1).sum();
+    let shown: f64 = rows
+        .iter()
+        .filter(|r| r.0.get("nccl_func").is_some_and(|f| f == "AllReduce"))
+        .map(|r| r.1)
+        .sum();
+    assert!(
+        all > 0.0 && (shown * 3.0 - all).abs() <= 0.1 * all,
+        "AllReduces per second: the dashboard shows {shown}, the ranks completed {all}"
+    );
 }
 
 /// What a dashboard panel must show on the scenarios' data, by its title.
@@ -366,6 +472,8 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
         }
     };
     let link = |min: &Row| has(min, &[("nccl_rank", "1"), ("nccl_peer", "2")]);
+    // Per-rank panels name each rank's host.
+    let hosted = || rows.iter().all(|r| has(r, &[("job_node_name", NODE)]));
     let all_ranks_of = |hash: &str| {
         (0..3).all(|r| {
             rows.iter()
@@ -374,6 +482,14 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
     };
     let ok = |holds: bool, what: &str| if holds { Ok(()) } else { Err(what.to_owned()) };
     match title {
+        t if t.starts_with("Time in collectives per rank") => ok(
+            all_ranks_of(slow) && hosted() && rows.iter().all(|r| r.1 > 0.0 && r.1 <= 1.5),
+            "every rank of the slow-link ring, with its host, in service part of the time",
+        ),
+        t if t.starts_with("Bus bandwidth per rank") => ok(
+            all_ranks_of(slow) && hosted() && rows.iter().all(|r| r.1 > 0.0),
+            "every rank of the slow-link ring, with its host",
+        ),
         t if t.starts_with("Collective latency")
             || t.starts_with("Mean collective")
             || t.starts_with("Bus bandwidth")
@@ -404,28 +520,30 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
             "intervals without latency, by a known reason",
         ),
         t if t.starts_with("Slowest links") => ok(
-            extreme(rows, -1.0).is_some_and(|r| link(r) && r.0["nccl_comm_hash"] == slow && r.1 < 0.5),
-            "link 1 -> 2 of the slow-link communicator first, below half the median",
+            extreme(rows, -1.0).is_some_and(|r| link(r) && r.0["nccl_comm_hash"] == slow && r.1 < 0.5) && hosted(),
+            "link 1 -> 2 of the slow-link communicator first, below half the median, with the sending host",
         ),
         t if t.starts_with("Link wire bandwidth and") || t.starts_with("Bytes sent per link") => nonempty(),
         t if t.starts_with("Stuck operations") => ok(
-            rows.iter().any(|r| r.0["nccl_comm_hash"] == stalled),
-            "the stall's communicator",
+            rows.iter().any(|r| r.0["nccl_comm_hash"] == stalled) && hosted(),
+            "the stall's communicator, with the reporting ranks' host",
         ),
         t if t.starts_with("Hang episodes") => ok(
-            all_ranks_of(stalled) && rows.iter().all(|r| r.0["nccl_comm_hash"] != stalled || r.1 == 1.0),
-            "one episode on each rank of the stall",
+            all_ranks_of(stalled) && hosted() && rows.iter().all(|r| r.0["nccl_comm_hash"] != stalled || r.1 == 1.0),
+            "one episode on each rank of the stall, with its host",
         ),
         t if t.starts_with("Straggler") => {
             let lates: Vec<String> = lates.iter().map(|(h, _)| format!("{h:#x}")).collect();
             ok(
-                extreme(rows, 1.0).is_some_and(|r| lates.contains(&r.0["nccl_comm_hash"]) && r.0["nccl_peer"] == "2"),
-                "rank 2 of a late communicator waited for the longest",
+                hosted()
+                    && extreme(rows, 1.0)
+                        .is_some_and(|r| lates.contains(&r.0["nccl_comm_hash"]) && r.0["nccl_peer"] == "2"),
+                "rank 2 of a late communicator, with its host, waited for the longest",
             )
         }
         t if t.starts_with("Initial sync") => ok(
-            lates.iter().all(|(h, _)| all_ranks_of(&format!("{h:#x}"))),
-            "every rank of the late communicators",
+            lates.iter().all(|(h, _)| all_ranks_of(&format!("{h:#x}"))) && hosted(),
+            "every rank of the late communicators, with its host",
         ),
         // Every drop reason is exported from the start (at 0); the stall's late records count.
         t if t.starts_with("Events lost") => ok(

@@ -15,7 +15,7 @@ pub struct Panel {
 }
 
 /// The dashboard's panels, after checking its JSON: a unique uid and title, the `datasource`,
-/// `job` and `comm` variables, panels of known types with unique ids inside the 24-column grid,
+/// `job`, `host` and `comm` variables, panels of known types with unique ids inside the 24-column grid,
 /// each on the `${datasource}` variable with at least one target of a distinct `refId`, and
 /// queries that use no variable beyond those and `$__rate_interval`. `vars` replaces the
 /// variables in the queries: (`$name`, value).
@@ -31,7 +31,7 @@ pub fn panels(vars: &[(&str, &str)]) -> Result<Vec<Panel>, String> {
         .flatten()
         .filter_map(|v| v["name"].as_str().map(str::to_owned))
         .collect();
-    for name in ["datasource", "job", "comm"] {
+    for name in ["datasource", "job", "host", "comm"] {
         if !defined.contains(name) {
             return Err(format!("no template variable {name}"));
         }

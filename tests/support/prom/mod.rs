@@ -6,10 +6,11 @@
 //! Compatibility", as Prometheus' `otlptranslator` implements it): dots become underscores in metric
 //! and label names; the unit is appended unless the name already has it as a word (`s` →
 //! `_seconds`, `By` → `_bytes`, `By/s` → `_bytes_per_second`, `1` → `_ratio` on gauges, `{…}`
-//! dropped): `nccl.link.bytes` stays `nccl_link_bytes`; monotonic sums get `_total`; histograms become `_bucket{le}` (cumulative),
-//! `_sum` and `_count`; `service.name` becomes the `job` label and `service.instance.id` the
-//! `instance` label. Each export request is one step: of the test's interval for `promtool test
-//! rules`, at its collection time in OpenMetrics for a real server (`server`).
+//! dropped): `nccl.link.bytes` stays `nccl_link_bytes`; monotonic sums get `_total`; histograms
+//! become `_bucket{le}` (cumulative), `_sum` and `_count`; `service.namespace/service.name` (or
+//! `service.name` alone) becomes the `job` label and `service.instance.id` the `instance` label.
+//! Each export request is one step: of the test's interval for `promtool test rules`, at its
+//! collection time in OpenMetrics for a real server (`server`).
 
 // The test harness's (the `testing` feature): `nccl_report` includes only the translation.
 #[cfg(feature = "testing")]
@@ -87,13 +88,19 @@ pub fn collected(req: &ExportMetricsServiceRequest) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(t)
 }
 
-/// The labels of a point: its attributes, and `job` and `instance` from the resource's.
+/// The labels of a point: its attributes, and `job` (`service.namespace/service.name`) and
+/// `instance` from the resource's.
 fn labels(resource: &[KeyValue], attrs: &[KeyValue], extra: Option<(&str, String)>) -> BTreeMap<String, String> {
     let mut l: BTreeMap<String, String> = rx::attrs(attrs)
         .into_iter()
         .map(|(k, v)| (k.replace('.', "_"), v))
         .collect();
-    l.insert("job".into(), attr(resource, "service.name").unwrap_or_default());
+    let name = attr(resource, "service.name").unwrap_or_default();
+    let job = match attr(resource, "service.namespace") {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name,
+    };
+    l.insert("job".into(), job);
     if let Some(instance) = attr(resource, "service.instance.id") {
         l.insert("instance".into(), instance);
     }
