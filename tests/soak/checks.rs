@@ -137,10 +137,19 @@ pub fn accounting(checks: &mut Checks, emitted: &Outcomes, total: &Totals) {
             total.windows_dropped
         )
     });
-    checks.check(emitted.record == total.recorded + total.drops(), || {
+    // Shedding (the consumer fell behind: a machine loaded by something else) counts a shed
+    // ProxyStep once for all its callbacks, so the sum is exact only without it.
+    let accounted = total.recorded + total.drops();
+    let exact = if total.shed == 0 {
+        emitted.record == accounted
+    } else {
+        println!("{} records shed: the consumer fell behind", total.shed);
+        emitted.record >= accounted
+    };
+    checks.check(exact, || {
         format!(
-            "{} recordable callbacks, {} recorded + {:?} dropped",
-            emitted.record, total.recorded, total.dropped
+            "{} recordable callbacks, {} recorded + {:?} dropped, {} shed",
+            emitted.record, total.recorded, total.dropped, total.shed
         )
     });
     checks.check(emitted.declined == total.declined, || {

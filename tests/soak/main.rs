@@ -16,7 +16,8 @@
 //! - memory: RSS after the first cycle (warm-up) stays within [`RSS_BOUND`] of the warm-up's peak;
 //! - no window wedges: every communicator's `windows.processed` grows across every phase, and no
 //!   record is dropped for lack of room while the collector is faulty;
-//! - every drop is counted: each callback the plugin records is recorded or dropped (exactly),
+//! - every drop is counted: each callback the plugin records is recorded or dropped (exactly;
+//!   when the consumer fell behind and shed records, at most that: a shed step counts once),
 //!   each declined one is counted declined, nothing is rejected; export requests made = requests
 //!   received + `export.failures` + `export.dropped` (within the interval timing's tolerance), and
 //!   requests received = `export.sent` (less those in flight at the last collection);

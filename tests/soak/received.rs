@@ -13,6 +13,8 @@ pub struct Totals {
     pub recorded: u64,
     /// `events.dropped` by reason.
     pub dropped: BTreeMap<String, u64>,
+    /// `events.shed`, every reason: records not made because the consumer fell behind.
+    pub shed: u64,
     pub rejected: u64,
     pub declined: u64,
     pub windows: u64,
@@ -57,6 +59,7 @@ pub fn snap(req: &ExportMetricsServiceRequest) -> Snap {
                 "nccl.profiler.events.dropped" => {
                     *t.dropped.entry(p.attrs["nccl.reason"].clone()).or_default() += v;
                 }
+                "nccl.profiler.events.shed" => t.shed += v,
                 "nccl.profiler.events.rejected" => t.rejected += v,
                 "nccl.profiler.events.declined" => t.declined += v,
                 "nccl.profiler.events.unfinished" => t.unfinished += v,
