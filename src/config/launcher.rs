@@ -4,6 +4,7 @@
 //! Called on: whichever thread loads the configuration first; no state.
 #![forbid(unsafe_code)]
 
+use super::attribute;
 use super::vars::{DEFAULT_SERVICE_NAME, IN_KUBERNETES, KUBERNETES, LAUNCHER};
 
 /// torchrun's run id when none was given (`--rdzv-id` unset): it names no job, so it is skipped.
@@ -41,9 +42,7 @@ pub(super) fn detect(lookup: impl Fn(&str) -> Option<String>) -> Vec<(String, St
 /// user set none: `job.name`, else `job.id`, else `nccl-<job.launcher>`, else
 /// [`DEFAULT_SERVICE_NAME`].
 pub(super) fn complete(resource: &mut Vec<(String, String)>) -> String {
-    let get = |resource: &[(String, String)], key: &str| {
-        resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
-    };
+    let get = |resource: &[(String, String)], key: &str| attribute(resource, key).map(str::to_owned);
     if let Err(at) = resource.binary_search_by(|(k, _)| k.as_str().cmp("service.namespace")) {
         if let Some(namespace) = get(resource, "job.id").or_else(|| get(resource, "k8s.namespace.name")) {
             resource.insert(at, ("service.namespace".to_owned(), namespace));

@@ -252,8 +252,13 @@ impl Export {
     /// Called on: the telemetry thread, the exporter thread.
     #[must_use]
     pub fn attribute(&self, key: &str) -> Option<&str> {
-        self.resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        attribute(&self.resource, key)
     }
+}
+
+/// The value of attribute `key` in `resource`.
+fn attribute<'a>(resource: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
 impl Default for Config {

@@ -207,9 +207,14 @@ pub(super) fn parse_compression(s: &str) -> Option<Compression> {
     }
 }
 
+/// Whether endpoint `value` names its scheme (`http://…`).
+pub(super) fn has_scheme(value: &str) -> bool {
+    value.contains("://")
+}
+
 /// `value` with `http://` in front when it has no scheme (`host:port` is `http://host:port`).
 pub(super) fn with_scheme(value: &str) -> String {
-    if value.contains("://") {
+    if has_scheme(value) {
         value.to_owned()
     } else {
         format!("http://{value}")

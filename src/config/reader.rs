@@ -6,7 +6,7 @@
 #![forbid(unsafe_code)]
 
 use super::Config;
-use super::parse::{parse_pairs, with_scheme};
+use super::parse::{has_scheme, parse_pairs, with_scheme};
 use super::vars::{ENDPOINTS, LISTS, Var};
 
 /// A configuration problem the self-telemetry exports (`nccl.profiler.config.problems`).
@@ -161,7 +161,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         }
         let value = (self.lookup)(name).unwrap_or_default();
         let value = value.trim();
-        if !value.contains("://") {
+        if !has_scheme(value) {
             self.warnings
                 .push(format!("{name}='{value}' has no scheme, so http:// is assumed: {shown}"));
         }
