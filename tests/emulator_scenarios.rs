@@ -103,16 +103,17 @@ fn everything(iterations: usize) -> Workload {
         })
 }
 
-/// Summaries for the communicators of `report`, once `complete` says they are all there (at most
-/// five seconds; `finalize` delivers its last windows itself, but one the telemetry thread
-/// processed just before may still be on its way).
+/// Summaries for the communicators of `report`, once `complete` says they are all there, or once
+/// five seconds pass without a new one (`finalize` delivers its last windows itself, but ones the
+/// telemetry thread processed just before may still be on their way, slowly under a sanitizer).
 fn summaries_until(
     capture: &Capture,
     report: &Report,
     complete: impl Fn(&[WindowSummary]) -> bool,
 ) -> Vec<WindowSummary> {
+    const QUIET: Duration = Duration::from_secs(5);
     let hashes: BTreeSet<u64> = report.collectives.iter().map(|c| c.hash).collect();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last_new = Instant::now();
     let mut mine = Vec::new();
     loop {
         std::thread::sleep(telemetry::TICK);
@@ -120,9 +121,12 @@ fn summaries_until(
             let mut all = capture.0.lock();
             let (m, rest): (Vec<_>, Vec<_>) = all.drain(..).partition(|w| hashes.contains(&w.comm.hash));
             *all = rest;
+            if !m.is_empty() {
+                last_new = Instant::now();
+            }
             mine.extend(m);
         }
-        if complete(&mine) || Instant::now() > deadline {
+        if complete(&mine) || last_new.elapsed() > QUIET {
             return mine;
         }
     }
