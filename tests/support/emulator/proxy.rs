@@ -34,10 +34,11 @@
 //! Waits are coarse (sleep, also woken by new tasks) except for step stops, which are precise
 //! ([`time::wait_until`]).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::net::{Jitter, Link, Network};
@@ -333,7 +334,7 @@ impl<'a> Proxy<'a> {
     /// When the send wire `wire` (peer, true) is free: the link's own, or the NIC's.
     fn wire_free(&self, wire: (usize, bool)) -> Option<Instant> {
         if self.opts.nic_fifo {
-            *self.nic.lock().unwrap_or_else(|e| e.into_inner())
+            *self.nic.lock()
         } else {
             self.wires.get(&wire).copied()
         }
@@ -347,7 +348,7 @@ impl<'a> Proxy<'a> {
             (start, start + wire_time)
         };
         let (start, end) = if self.opts.nic_fifo {
-            let mut nic = self.nic.lock().unwrap_or_else(|e| e.into_inner());
+            let mut nic = self.nic.lock();
             let taken = place(*nic);
             *nic = Some(taken.1);
             taken

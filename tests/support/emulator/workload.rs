@@ -675,7 +675,7 @@ impl Workload {
         let done = Arc::new(Done::new());
         let mut instances = Vec::new();
         let mut proxies = Vec::new();
-        let nic = Arc::new(std::sync::Mutex::new(None));
+        let nic = Arc::new(parking_lot::Mutex::new(None));
         for spec in &self.comms {
             let Some(rank) = spec.members.iter().position(|&m| m == w).map(|r| r as i32) else {
                 continue;
