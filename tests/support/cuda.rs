@@ -1,6 +1,6 @@
 //! The CUDA driver's stand-in (`examples/cuda_stub`): a library whose soname is `libcuda.so.1`,
-//! built once per test process by a nested cargo (in a target directory of its own under the
-//! tests' temporary directory) and loaded by path as the CUDA runtime loads the driver
+//! built once per test process by a nested cargo (`shipped::cargo_build`, in a target directory of
+//! its own under the tests' temporary directory) and loaded by path as the CUDA runtime loads the driver
 //! (`RTLD_NOW | RTLD_LOCAL`), never unloaded. The plugin then finds it as it finds the driver,
 //! with `dlopen("libcuda.so.1", RTLD_NOLOAD)`. [`Driver::set_device`] makes a device current on
 //! the calling thread; [`uuid`] and [`pci_bus_id`] are what DCGM calls that device.
@@ -8,10 +8,10 @@
 #![allow(dead_code)]
 
 use std::ffi::c_int;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::shipped::cargo_build;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
 /// The loaded stand-in.
@@ -60,23 +60,9 @@ pub fn pci_bus_id(device: u8) -> String {
 }
 
 /// `cargo build -p cuda-stub` into `<tests' temporary directory>/cuda_stub`; the library's path.
-fn build() -> std::path::PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+fn build() -> PathBuf {
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuda_stub");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let out = Command::new(&cargo)
-        .args(["build", "-p", "cuda-stub", "--manifest-path"])
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", Path::new(&cargo).display()));
-    assert!(
-        out.status.success(),
-        "building the CUDA driver's stand-in failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cargo_build("the CUDA driver's stand-in", &["-p", "cuda-stub"], &target_dir);
     let path = target_dir.join("debug").join("libcuda_stub.so");
     assert!(path.exists(), "cargo built no {}", path.display());
     path
