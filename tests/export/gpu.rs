@@ -37,6 +37,7 @@ fn member_series_name_each_communicators_gpu() {
     }
 
     let reqs = rx.requests();
+    sx::check_documented(&reqs);
     let mut gpus: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for point in metrics(&reqs)
         .into_iter()
