@@ -20,7 +20,9 @@ const LIBRARY: &CStr = c"libcuda.so.1";
 type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 /// `CUresult cuDeviceGetPCIBusId(char*, int, CUdevice)`.
 type DeviceGetPciBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
-/// `CUresult cuDeviceGetUuid(CUuuid*, CUdevice)` (and `_v2`); `CUuuid` is 16 bytes.
+/// `CUresult cuDeviceGetUuid(CUuuid*, CUdevice)` (and `_v2`); `CUuuid` is 16 bytes. The plain
+/// version first: on a MIG instance `_v2` gives the instance's own UUID, which DCGM's `UUID` label
+/// never is (DCGM labels an instance with its GPU's); outside MIG both give the GPU's.
 type DeviceGetUuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int;
 
 /// The driver functions we call.
@@ -106,7 +108,7 @@ fn resolve() -> Result<Driver, Unknown> {
     let found = (|| {
         let ctx_get_device = symbol(c"cuCtxGetDevice")?;
         let pci_bus_id = symbol(c"cuDeviceGetPCIBusId")?;
-        let uuid = symbol(c"cuDeviceGetUuid_v2").or_else(|_| symbol(c"cuDeviceGetUuid"))?;
+        let uuid = symbol(c"cuDeviceGetUuid").or_else(|_| symbol(c"cuDeviceGetUuid_v2"))?;
         Ok((ctx_get_device, pci_bus_id, uuid))
     })();
     let (ctx_get_device, pci_bus_id, uuid) = match found {
