@@ -40,7 +40,7 @@ enum Unknown {
 }
 
 /// The GPU of the CUDA context current on the calling thread; fields the driver cannot give are
-/// `None`.
+/// `None`. Called on: NCCL's init thread.
 pub fn current_gpu() -> Gpu {
     let Some(driver) = driver() else {
         return Gpu::default();
