@@ -187,6 +187,7 @@ fn bench(c: &mut Criterion) {
         rank: 3,
         nranks: 8,
         nnodes: 8,
+        gpu: Default::default(),
     };
     let s = summarize_all(&records, &meta);
     assert_eq!(s.stats.records, RECORDS as u64);

@@ -35,6 +35,7 @@ internal!(
     clock,
     comm,
     config,
+    cuda,
     export,
     nccl_log,
     nccl_version,

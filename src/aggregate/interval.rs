@@ -282,6 +282,7 @@ mod tests {
                 rank,
                 nranks: 4,
                 nnodes: 1,
+                gpu: Default::default(),
             },
             colls: Vec::new(),
             p2ps: Vec::new(),

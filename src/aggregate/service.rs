@@ -167,6 +167,7 @@ mod tests {
                 rank: 0,
                 nranks: 2,
                 nnodes: 1,
+                gpu: Default::default(),
             },
             colls: vec![CollGroup {
                 key,

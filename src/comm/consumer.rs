@@ -90,6 +90,7 @@ impl Consumer {
                 rank: 0,
                 nranks: 0,
                 nnodes: 0,
+                gpu: Default::default(),
             },
             tracks: std::array::from_fn(|_| Track::new(Instant::now())),
             interval: config.interval,

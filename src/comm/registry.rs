@@ -146,6 +146,7 @@ mod tests {
             rank: 0,
             nranks: 2,
             nnodes: 2,
+            gpu: Default::default(),
         }
     }
 

@@ -36,6 +36,7 @@ pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Comm, Instant) {
         rank: 0,
         nranks: 2,
         nnodes: 2,
+        gpu: Default::default(),
     };
     comm.activate(&mut comm.windows.lock(), u32::from(ID.generation), meta, &config);
     (comm, Instant::now())

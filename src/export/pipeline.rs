@@ -569,6 +569,7 @@ mod tests {
                 rank: 0,
                 nranks: 2,
                 nnodes: 2,
+                gpu: Default::default(),
             },
             colls: Vec::new(),
             p2ps: Vec::new(),

@@ -594,6 +594,7 @@ mod tests {
             rank: 0,
             nranks: 2,
             nnodes: 1,
+            gpu: Default::default(),
         };
         let _serial = comm::TESTS.lock();
         let id = comm::register(meta, Config::global()).expect("a free slot");

@@ -17,7 +17,7 @@ use crate::comm::{self, Comm};
 use crate::config::Config;
 use crate::record::CommMeta;
 use crate::record::handle::Context;
-use crate::{clock, export, nccl_log, telemetry};
+use crate::{clock, cuda, export, nccl_log, telemetry};
 
 /// Version-neutral `init` (`abi`: the profiler ABI version of the table NCCL chose): returns the
 /// context value, having stored the activation mask due now into `mask` (NCCL's process-wide
@@ -28,7 +28,7 @@ use crate::{clock, export, nccl_log, telemetry};
 /// # Safety
 /// `logfn` and `mask` are what NCCL passed to this `init`: a logger NCCL keeps valid while it is
 /// loaded (or NULL), and NULL or NCCL's activation mask (see [`activation::attach`]).
-pub(super) unsafe fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, abi: u8) -> Option<u64> {
+pub(super) unsafe fn init(mut meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, abi: u8) -> Option<u64> {
     if telemetry::forked() {
         return None;
     }
@@ -49,6 +49,7 @@ pub(super) unsafe fn init(meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c
     // SAFETY: `getpid` has no preconditions.
     OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     clock::init();
+    meta.gpu = cuda::current_gpu();
     if config.telemetry_enable && telemetry::start(|| export::install(config)) {
         register_exit_flush();
     }

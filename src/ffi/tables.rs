@@ -210,6 +210,7 @@ unsafe fn init_shim(
             rank,
             nranks,
             nnodes: n_nodes,
+            gpu: Default::default(), // `init` asks the driver, once enabled
         };
         // SAFETY: `logfn` and `activation_mask` are this `init`'s arguments from NCCL, passed on.
         let Some(ctx) = (unsafe { init(meta, logfn, activation_mask, abi) }) else {

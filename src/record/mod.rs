@@ -15,7 +15,7 @@ pub mod names;
 pub mod sample;
 pub mod size;
 
-pub use meta::{CommMeta, PHASES};
+pub use meta::{CommMeta, Gpu, PHASES};
 pub use names::{Algo, Datatype, Func, Proto};
 pub use sample::Sample;
 

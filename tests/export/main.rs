@@ -7,6 +7,7 @@
 //! - `file`: the `file` and `stdout` exporters;
 //! - `golden`: the export compared line by line with `tests/golden/export.txt`;
 //! - `faults`: faulty collectors, exit and fork;
+//! - `gpu`: each communicator's GPU on its member series, through the CUDA driver's stand-in;
 //! - `rotel`: interop with a real collector (ignored; `.ci/export-interop.sh`).
 //!
 //! The plugin reads its configuration once per process, so every test that configures the
@@ -15,6 +16,7 @@
 
 #[path = "../support"]
 mod support {
+    pub mod cuda;
     pub mod emulator;
     pub mod export;
     pub mod otlp_receiver;
@@ -25,6 +27,7 @@ mod support {
 mod faults;
 mod file;
 mod golden;
+mod gpu;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod http;

@@ -663,8 +663,15 @@ pub fn check_documented(reqs: &[ExportMetricsServiceRequest]) {
             );
             // A reason only where there is one; a tag only on tagged operations; graph capture
             // only where NCCL tells (2.28+); a peer only for a wait on one; a launcher rank only
-            // where the launcher gives one.
-            let optional = ["nccl.reason", "nccl.user_tag", "nccl.graph_captured", "job.rank"];
+            // where the launcher gives one, a GPU only where the CUDA driver tells.
+            let optional = [
+                "nccl.reason",
+                "nccl.user_tag",
+                "nccl.graph_captured",
+                "job.rank",
+                "gpu.uuid",
+                "gpu.pci_bus_id",
+            ];
             let local = m.name == "nccl.progress.hang.stuck";
             let required: Vec<&String> = keys
                 .iter()

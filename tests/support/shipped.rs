@@ -59,31 +59,44 @@ fn build() -> PathBuf {
         eprintln!("shipped library: a sanitizer run, the instrumented {}", built.display());
         return built;
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let mut cmd = Command::new(&cargo);
-    cmd.current_dir(MANIFEST_DIR)
-        .args(["build", "--release", "--lib", "--manifest-path"])
-        .arg(Path::new(MANIFEST_DIR).join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir.join("shipped"));
-    eprintln!("shipped library: {cmd:?}");
-    let t0 = Instant::now();
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", Path::new(&cargo).display()));
-    assert!(
-        out.status.success(),
-        "building the shipped library failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    cargo_build(
+        "the shipped library",
+        &["--release", "--lib"],
+        &target_dir.join("shipped"),
     );
     let path = target_dir
         .join("shipped")
         .join("release")
         .join("libnccl_profiler_otel.so");
     assert!(path.exists(), "cargo built no {}", path.display());
-    eprintln!("shipped library: {} ({:.1?})", path.display(), t0.elapsed());
+    eprintln!("shipped library: {}", path.display());
     path
+}
+
+/// `cargo build` of this workspace with `args` into `target_dir`, by the cargo running the tests;
+/// fails the calling test with cargo's output when the build fails. `what` names the build.
+pub fn cargo_build(what: &str, args: &[&str], target_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(MANIFEST_DIR)
+        .arg("build")
+        .args(args)
+        .arg("--manifest-path")
+        .arg(Path::new(MANIFEST_DIR).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    eprintln!("{what}: {cmd:?}");
+    let t0 = Instant::now();
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", Path::new(&cargo).display()));
+    assert!(
+        out.status.success(),
+        "building {what} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{what}: built in {:.1?}", t0.elapsed());
 }
 
 impl Plugin {

@@ -2,8 +2,9 @@
 //! communicator this process is a member of, with the communicator's attributes and where the
 //! member runs — `host.name`, `job.node_name` and the launcher's global rank `job.rank` — so that a
 //! rule naming a culprit by communicator and rank can join its host (with `last_over_time`, since
-//! a killed culprit exports nothing). One series per communicator; attributes that differ between
-//! a process's communicators (its GPU, say) join in `Members::attrs`, from the communicator's meta.
+//! a killed culprit exports nothing) — and the communicator's GPU, `gpu.uuid` and `gpu.pci_bus_id`
+//! in DCGM's formats when the CUDA driver told them at `init`, so that DCGM's series join too. One
+//! series per communicator.
 //! Called on: the telemetry thread.
 #![forbid(unsafe_code)]
 
@@ -49,6 +50,8 @@ impl Members {
     fn attrs(&self, meta: &CommMeta) -> Vec<KeyValue> {
         let mut attrs = comm_attrs(meta);
         attrs.extend(self.process.iter().cloned());
+        let gpu = [("gpu.uuid", &meta.gpu.uuid), ("gpu.pci_bus_id", &meta.gpu.pci_bus_id)];
+        attrs.extend(gpu.into_iter().filter_map(|(key, value)| Some(KeyValue::new(key, value.clone()?))));
         attrs
     }
 
@@ -73,9 +76,15 @@ mod tests {
     use opentelemetry_sdk::metrics::SdkMeterProvider;
 
     use super::*;
+    use crate::record::Gpu;
 
     /// The member series' attributes when the resource has `resource`.
     fn attrs(resource: &[(&str, &str)]) -> Vec<(String, String)> {
+        gpu_attrs(resource, Gpu::default())
+    }
+
+    /// The member series' attributes when the resource has `resource` and the communicator `gpu`.
+    fn gpu_attrs(resource: &[(&str, &str)], gpu: Gpu) -> Vec<(String, String)> {
         let mut export = config::Config::default().export;
         export.resource = resource.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         let provider = SdkMeterProvider::default();
@@ -86,6 +95,7 @@ mod tests {
             rank: 2,
             nranks: 4,
             nnodes: 1,
+            gpu,
         };
         let mut attrs: Vec<(String, String)> =
             members.attrs(&meta).iter().map(|kv| (kv.key.to_string(), kv.value.to_string())).collect();
@@ -115,5 +125,20 @@ mod tests {
         assert!(plain.contains(&("host.name".into(), host.clone())), "{plain:?}");
         assert!(plain.contains(&("job.node_name".into(), host)), "{plain:?}");
         assert!(!plain.iter().any(|(k, _)| k == "job.rank"), "{plain:?}");
+    }
+
+    #[test]
+    fn names_the_gpu_when_known() {
+        let uuid = "GPU-00112233-4455-6677-8899-aabbccddeeff";
+        let gpu = Gpu {
+            uuid: Some(uuid.into()),
+            pci_bus_id: Some("00000000:3B:00.0".into()),
+        };
+        let known = gpu_attrs(&[], gpu);
+        assert!(known.contains(&("gpu.uuid".into(), uuid.into())), "{known:?}");
+        assert!(known.contains(&("gpu.pci_bus_id".into(), "00000000:3B:00.0".into())), "{known:?}");
+        let partly = gpu_attrs(&[], Gpu { uuid: Some(uuid.into()), pci_bus_id: None });
+        assert!(!partly.iter().any(|(k, _)| k == "gpu.pci_bus_id"), "{partly:?}");
+        assert!(!attrs(&[]).iter().any(|(k, _)| k.starts_with("gpu.")));
     }
 }

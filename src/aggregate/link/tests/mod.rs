@@ -49,6 +49,7 @@ fn meta() -> CommMeta {
         rank: 0,
         nranks: 4,
         nnodes: 2,
+        gpu: Default::default(),
     }
 }
 
