@@ -289,6 +289,7 @@ impl Pipeline {
             &i.link_queue_wait,
             &i.channel_latency,
             &i.kernel_ch_duty,
+            &i.export_interval,
         ] {
             fresh.clear();
         }
@@ -384,6 +385,7 @@ impl Pipeline {
         if let Some(duty) = own.kernel_ch_duty {
             i.kernel_ch_duty.record(duty, &[]);
         }
+        i.export_interval.record(self.interval.as_secs_f64(), &[]);
         // Counted once, then zero every interval: the series lasts, its total stays one.
         let new = u64::from(!std::mem::replace(&mut self.seen.config_problems, true));
         for p in own.config_problems {
