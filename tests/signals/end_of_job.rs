@@ -225,34 +225,15 @@ fn promtool(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
     );
 }
 
-/// Each alert's query with the recording rules it reads inlined (the server records them from
-/// its own start only, after the backfilled samples).
-fn inlined(server: &Server) -> Vec<(String, String)> {
-    let rules = super::prometheus::eventually(|| {
-        let rules = server.rules()?;
-        if rules.is_empty() {
-            Err("no rules loaded".to_owned())
-        } else {
-            Ok(rules)
-        }
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
-    let records: Vec<(&String, &String)> = rules
-        .iter()
-        .filter(|r| r.0.starts_with("nccl:"))
-        .map(|r| (&r.0, &r.1))
-        .collect();
-    rules
-        .iter()
-        .filter(|r| r.0.starts_with("Nccl"))
-        .map(|r| {
-            let mut query = r.1.clone();
-            while let Some((name, expr)) = records.iter().find(|(name, _)| query.contains(name.as_str())) {
-                query = query.replace(name.as_str(), &format!("({expr})"));
-            }
-            (r.0.clone(), query)
-        })
-        .collect()
+/// The query of rule `name` of the server's `rules`, with the recording rules it reads inlined
+/// (the server records them from its own start only, after the backfilled samples).
+pub fn inlined(rules: &[(String, String, String, String)], name: &str) -> String {
+    let records: Vec<&(String, String, String, String)> = rules.iter().filter(|r| r.0.starts_with("nccl:")).collect();
+    let mut query = rules.iter().find(|r| r.0 == name).expect(name).1.clone();
+    while let Some(record) = records.iter().find(|r| query.contains(r.0.as_str())) {
+        query = query.replace(record.0.as_str(), &format!("({})", record.1));
+    }
+    query
 }
 
 /// A real Prometheus over all processes' exports: each alert's query names its culprit one
@@ -260,12 +241,16 @@ fn inlined(server: &Server) -> Vec<(String, String)> {
 fn server(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
     let all: Vec<ExportMetricsServiceRequest> = processes.iter().flat_map(|(_, r)| r.clone()).collect();
     let server = Server::start(&prom::openmetrics(&all), Path::new(RULES)).unwrap_or_else(|e| panic!("{e}"));
-    let queries = inlined(&server);
+    let rules = super::prometheus::eventually(|| match server.rules()? {
+        rules if rules.is_empty() => Err("no rules loaded".to_owned()),
+        rules => Ok(rules),
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
     let at = |t: SystemTime, secs: f64| t + Duration::from_secs_f64(secs);
     for ((case, reqs), (_, alerts)) in processes.iter().zip(ALERTS) {
         let end = prom::collected(reqs.last().unwrap());
         for (alert, rank) in alerts {
-            let query = &queries.iter().find(|q| q.0 == *alert).expect(alert).1;
+            let query = &inlined(&rules, alert);
             let named = |t: SystemTime| {
                 let rows = server.query(query, Some(t)).unwrap_or_else(|e| panic!("{alert}: {e}"));
                 let culprit = rows.iter().any(|r| {

@@ -361,10 +361,8 @@ pub fn server(
         alerts.len()
     );
 
-    // The hang alerts' queries at the stall's first export with a stuck series, with the member
-    // directory they join inlined (the server records it from its start only).
-    let directory = "nccl:comm_member:last15m";
-    let members = &rules.iter().find(|r| r.0 == directory).expect(directory).1;
+    // The hang alerts' queries at the stall's first export with a stuck series, with the
+    // recording rules they read inlined (the server records them from its start only).
     let stuck_at = reqs
         .iter()
         .filter(|r| series_at(r, "nccl.progress.hang.stuck") > 0.0)
@@ -372,12 +370,7 @@ pub fn server(
         .next()
         .expect("an export during the stall");
     for (alert, label, value) in [("NcclHang", "nccl_peer", "1"), ("NcclRankStuck", "nccl_rank", "1")] {
-        let query = rules
-            .iter()
-            .find(|r| r.0 == alert)
-            .expect(alert)
-            .1
-            .replace(directory, &format!("({members})"));
+        let query = crate::end_of_job::inlined(&rules, alert);
         let rows = server.query(&query, Some(stuck_at)).unwrap_or_else(|e| fail(e));
         assert!(
             rows.iter()
