@@ -533,7 +533,7 @@ impl Instruments {
                 meter,
                 "nccl.profiler.export.interval",
                 "s",
-                "The export interval: a rank whose latest point of this gauge is older than two intervals stopped exporting",
+                "The export interval, 0 once no communicator is live: a process whose latest point is older than two intervals stopped exporting",
             ),
             config_problems: counter(
                 meter,

@@ -385,7 +385,10 @@ impl Pipeline {
         if let Some(duty) = own.kernel_ch_duty {
             i.kernel_ch_duty.record(duty, &[]);
         }
-        i.export_interval.record(self.interval.as_secs_f64(), &[]);
+        // 0 once no communicator is live: the process has nothing more to report.
+        let live = own.comms.iter().any(|c| c.live);
+        let interval = if live { self.interval.as_secs_f64() } else { 0.0 };
+        i.export_interval.record(interval, &[]);
         // Counted once, then zero every interval: the series lasts, its total stays one.
         let new = u64::from(!std::mem::replace(&mut self.seen.config_problems, true));
         for p in own.config_problems {

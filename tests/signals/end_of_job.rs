@@ -2,16 +2,19 @@
 //! SIGKILL), no alert of `docs/prometheus/nccl-rules.yml` about its series stays firing longer
 //! than two export intervals plus one evaluation interval. Three processes of one job (children
 //! of this test, one emulated three-rank ring each): a late rank 2 (`NcclStraggler`) and a slow
-//! link 1 → 2 (`NcclSlowLink`), both finalized and exited, and rank 1 stopped in the middle of an
-//! AllReduce (`NcclHang`, `NcclRankStuck`), killed with SIGKILL while its ranks report the hang.
-//! Then:
+//! link 1 → 2 (`NcclSlowLink`), both finalized and exited (their last exports say so: interval
+//! 0), and rank 1 stopped in the middle of an AllReduce (`NcclHang`, `NcclRankStuck`), killed
+//! with SIGKILL while its ranks report the hang. Then:
 //! - `promtool test rules` on each process's series, one step of [`STEP_SECS`] per export (the
-//!   interval gauge read as that step): each alert fires at the last export and two steps
-//!   later, and is gone three steps later (2 intervals + 1 evaluation);
+//!   interval gauge read as that step): the finalized processes' alerts fire at their last live
+//!   export and are gone at the first export after `finalize`; the killed process's fire at its
+//!   last export and one step later, and are gone two steps after it (2 intervals, within 2
+//!   intervals + 1 evaluation);
 //! - a real Prometheus over all the exports, backfilled at their times: each alert's query (its
-//!   recording rules inlined) names the culprit one interval after its process's last export,
-//!   and returns nothing from two intervals after it on (measured in steps of 10 ms), nor
-//!   minutes later, within Prometheus' 5-minute lookback.
+//!   recording rules inlined) names the culprit at its process's last live export (the killed
+//!   one's: also one interval later), returns nothing from the export after `finalize` on, or
+//!   from two intervals after the killed process's last export on (measured in steps of 10 ms),
+//!   nor minutes later, within Prometheus' 5-minute lookback.
 //!
 //! Also the helpers the other signal tests use to keep their processes live for the rules.
 
@@ -40,13 +43,22 @@ const INTERVAL_SERIES: &str = "nccl_profiler_export_interval_seconds";
 
 /// The interval gauge's series of `reqs` for `promtool test rules`, where each export is one
 /// step of `step_secs`: its value is that step, so that the rules' freshness test (two
-/// intervals) counts in steps.
+/// intervals) counts in steps; the exports without a live communicator too (the scenarios of
+/// one process count as live from its first export to its last).
 pub fn interval_series(reqs: &[ExportMetricsServiceRequest], step_secs: u64) -> Series {
+    let mut series = exported_intervals(reqs);
+    series
+        .values_mut()
+        .flatten()
+        .flatten()
+        .for_each(|v| *v = step_secs as f64);
+    series
+}
+
+/// The interval gauge's series of `reqs` as exported (0: no live communicator).
+fn exported_intervals(reqs: &[ExportMetricsServiceRequest]) -> Series {
     let mut series = prom::series(reqs, <[_]>::is_empty);
     series.retain(|k, _| k.starts_with(&format!("{INTERVAL_SERIES}{{")));
-    for v in series.values_mut().flatten().flatten() {
-        *v = step_secs as f64;
-    }
     series
 }
 
@@ -173,12 +185,32 @@ fn rule_inputs(reqs: &[ExportMetricsServiceRequest]) -> Series {
     ];
     let mut series = prom::series(reqs, |a| prom::attr(a, "nccl.comm.hash").is_some());
     series.retain(|k, _| read.iter().any(|r| k.starts_with(r)));
-    series.extend(interval_series(reqs, STEP_SECS));
+    let mut intervals = exported_intervals(reqs);
+    for v in intervals.values_mut().flatten().flatten().filter(|v| **v > 0.0) {
+        *v = STEP_SECS as f64;
+    }
+    series.extend(intervals);
     series
 }
 
-/// `promtool test rules`: each process's alerts fire at its last export `L` and at `L + 2`
-/// (two intervals: still live), and are gone at `L + 3` (two intervals and one evaluation).
+/// The index of the last export of `reqs` whose interval gauge says live (above 0), and of the
+/// first after it that says ended (0), if any.
+fn live_until(reqs: &[ExportMetricsServiceRequest]) -> (usize, Option<usize>) {
+    let values: Vec<Option<f64>> = exported_intervals(reqs)
+        .into_values()
+        .next()
+        .expect("an interval series");
+    let live = values
+        .iter()
+        .rposition(|v| v.is_some_and(|v| v > 0.0))
+        .expect("a live export");
+    (live, (live + 1..values.len()).find(|&i| values[i] == Some(0.0)))
+}
+
+/// `promtool test rules`: a finalized process's alerts fire at its last live export and are gone
+/// at the one after `finalize` (and two steps after its last export); a killed process's fire
+/// at its last export `L` and at `L + 1` (one interval: still live), and are gone at `L + 2` (two
+/// intervals: within two intervals and one evaluation).
 fn promtool(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
     use std::fmt::Write as _;
     let mut yaml = format!("rule_files:\n  - {RULES}\nevaluation_interval: {STEP_SECS}s\ntests:\n");
@@ -186,8 +218,12 @@ fn promtool(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
         prom::test_case(&mut yaml, case, STEP_SECS, &rule_inputs(reqs), &[]);
         let _ = writeln!(yaml, "    promql_expr_test:");
         let last = reqs.len() - 1;
+        let steps = match live_until(reqs) {
+            (live, Some(ended)) => vec![(live, true), (ended, false), (last + 2, false)],
+            _ => vec![(last, true), (last + 1, true), (last + 2, false)],
+        };
         for (alert, rank) in alerts {
-            for (step, firing) in [(last, true), (last + 2, true), (last + 3, false)] {
+            for &(step, firing) in &steps {
                 let _ = writeln!(
                     yaml,
                     "      - expr: 'count by (alertname, culprit_rank, culprit_host) \
@@ -219,9 +255,8 @@ fn promtool(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
     );
     let _ = std::fs::remove_file(&file);
     eprintln!(
-        "promtool: every alert firing {0} s after its process's last export, resolved {1} s after it (interval and evaluation {STEP_SECS} s)",
-        2 * STEP_SECS,
-        3 * STEP_SECS
+        "promtool: every alert resolved at the export after finalize; after SIGKILL, firing {STEP_SECS} s after the last export, resolved {} s after it (interval and evaluation {STEP_SECS} s)",
+        2 * STEP_SECS
     );
 }
 
@@ -248,6 +283,8 @@ fn server(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
     .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
     let at = |t: SystemTime, secs: f64| t + Duration::from_secs_f64(secs);
     for ((case, reqs), (_, alerts)) in processes.iter().zip(ALERTS) {
+        let (live, ended) = live_until(reqs);
+        let (live, ended) = (prom::collected(&reqs[live]), ended.map(|e| prom::collected(&reqs[e])));
         let end = prom::collected(reqs.last().unwrap());
         for (alert, rank) in alerts {
             let query = &inlined(&rules, alert);
@@ -259,19 +296,43 @@ fn server(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
                 });
                 (culprit, rows)
             };
-            let (before, rows) = named(at(end, INTERVAL));
-            assert!(before, "{case}: {alert} one interval after the last export: {rows:?}");
-            // The first 10 ms step after the last export where the query is empty.
+            let (before, rows) = named(live);
+            assert!(before, "{case}: {alert} at the last live export: {rows:?}");
+            // The first 10 ms step after the last live export where the query is empty.
             let resolved = (1..)
                 .map(|k| f64::from(k) * 0.01)
-                .find(|&secs| named(at(end, secs)).1.is_empty() || secs > 10.0 * INTERVAL)
+                .find(|&secs| named(at(live, secs)).1.is_empty() || secs > 10.0 * INTERVAL)
                 .unwrap();
-            eprintln!(
-                "prometheus: {case}: {alert} resolves {resolved:.2} s after the last export (interval {INTERVAL} s)"
-            );
+            let bound = match ended {
+                Some(ended) => {
+                    let (_, rows) = named(ended);
+                    assert!(
+                        rows.is_empty(),
+                        "{case}: {alert} at the export after finalize: {rows:?}"
+                    );
+                    let after = ended.duration_since(live).unwrap_or_default().as_secs_f64();
+                    eprintln!(
+                        "prometheus: {case}: {alert} resolves {resolved:.2} s after the last live export, \
+                         at the export after finalize ({after:.3} s after it)"
+                    );
+                    after + 0.01
+                }
+                None => {
+                    let (before, rows) = named(at(live, INTERVAL));
+                    assert!(before, "{case}: {alert} one interval after the last export: {rows:?}");
+                    assert!(
+                        resolved > INTERVAL,
+                        "{case}: {alert} resolved {resolved} s after the last export"
+                    );
+                    eprintln!(
+                        "prometheus: {case}: {alert} resolves {resolved:.2} s after the last export (SIGKILL; interval {INTERVAL} s)"
+                    );
+                    2.0 * INTERVAL + 0.01
+                }
+            };
             assert!(
-                resolved > INTERVAL && resolved <= 2.0 * INTERVAL + 0.011,
-                "{case}: {alert} resolved {resolved} s after the last export"
+                resolved <= bound + 0.001,
+                "{case}: {alert} resolved {resolved} s after the last live export, bound {bound} s"
             );
             for later in [1.0, 60.0, 240.0] {
                 let (_, rows) = named(at(end, later));
