@@ -279,6 +279,7 @@ pub(super) struct Instruments {
     pub(super) export_dropped: Counter<u64>,
     pub(super) cardinality_overflow: Counter<u64>,
     pub(super) kernel_ch_duty: Fresh<f64>,
+    pub(super) export_interval: Fresh<f64>,
     pub(super) config_problems: Counter<u64>,
 }
 
@@ -527,6 +528,12 @@ impl Instruments {
                 "nccl.profiler.kernel_ch.duty",
                 "1",
                 "Fraction of the time the plugin requests KernelCh events: GPU-time figures are a sample of this fraction of operations",
+            ),
+            export_interval: gauge(
+                meter,
+                "nccl.profiler.export.interval",
+                "s",
+                "The export interval, 0 once no communicator is live: a process whose latest point is older than two intervals stopped exporting",
             ),
             config_problems: counter(
                 meter,

@@ -289,6 +289,7 @@ impl Pipeline {
             &i.link_queue_wait,
             &i.channel_latency,
             &i.kernel_ch_duty,
+            &i.export_interval,
         ] {
             fresh.clear();
         }
@@ -384,6 +385,10 @@ impl Pipeline {
         if let Some(duty) = own.kernel_ch_duty {
             i.kernel_ch_duty.record(duty, &[]);
         }
+        // 0 once no communicator is live: the process has nothing more to report.
+        let live = own.comms.iter().any(|c| c.live);
+        let interval = if live { self.interval.as_secs_f64() } else { 0.0 };
+        i.export_interval.record(interval, &[]);
         // Counted once, then zero every interval: the series lasts, its total stays one.
         let new = u64::from(!std::mem::replace(&mut self.seen.config_problems, true));
         for p in own.config_problems {
@@ -696,6 +701,44 @@ mod tests {
         }
     }
 
+    /// The self-telemetry of a process with one live communicator `meta`, its drops `counts`.
+    fn with_comm(meta: CommMeta, counts: DropCounts) -> SelfTelemetry {
+        SelfTelemetry {
+            stats: crate::stats::STATS.snapshot(),
+            windows_dropped: 0,
+            kernel_ch_duty: None,
+            comms: vec![telemetry::CommDrops {
+                slot: 0,
+                generation: 1,
+                meta,
+                counts,
+                live: true,
+                progress: Default::default(),
+            }],
+            config_problems: &[],
+        }
+    }
+
+    /// `nccl.profiler.export.interval` is the interval while a communicator is live, 0 once none
+    /// is (the process has nothing more to report).
+    #[test]
+    fn the_interval_gauge_says_when_the_process_is_done() {
+        let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
+        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let mut own = with_comm(summary(Vec::new()).comm, DropCounts::default());
+        let mut interval = |own: &SelfTelemetry| {
+            p.end_interval(own);
+            let mut rm = ResourceMetrics::default();
+            p.reader.collect(&mut rm).expect("collect");
+            let points = otlp(&rm, "nccl.profiler.export.interval");
+            assert_eq!(points.len(), 1, "{points:?}");
+            points[0].1
+        };
+        assert_eq!(interval(&own), config.interval.as_secs_f64());
+        own.comms[0].live = false;
+        assert_eq!(interval(&own), 0.0);
+    }
+
     /// Each configuration problem is a series of `nccl.profiler.config.problems`, counted once
     /// (cumulative: 1 after any number of intervals).
     #[test]
@@ -858,20 +901,7 @@ mod tests {
         let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
         let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
         let s = summary(vec![fitted_link()]);
-        let own = SelfTelemetry {
-            stats: crate::stats::STATS.snapshot(),
-            windows_dropped: 0,
-            kernel_ch_duty: None,
-            comms: vec![telemetry::CommDrops {
-                slot: 0,
-                generation: 1,
-                meta: s.comm.clone(),
-                counts: DropCounts { shed: 40, ..DropCounts::default() },
-                live: true,
-                progress: Default::default(),
-            }],
-            config_problems: &[],
-        };
+        let own = with_comm(s.comm.clone(), DropCounts { shed: 40, ..DropCounts::default() });
         p.record(&s);
         p.end_interval(&own);
         let mut rm = ResourceMetrics::default();

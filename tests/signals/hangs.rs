@@ -85,10 +85,9 @@ fn legacy(release: &str) {
 #[test]
 #[ignore]
 fn child() {
-    if !process::is_child() {
+    let Some(case) = process::case(CASE) else {
         return;
-    }
-    let case = std::env::var(CASE).unwrap();
+    };
     let dir = std::env::temp_dir().join(format!("nccl-otel-hangs-{}", std::process::id()));
     // SAFETY: this process's only test, before its first `init`.
     let path = unsafe { super::export_to(&dir, INTERVAL, THRESHOLD, &[]) };

@@ -29,6 +29,7 @@ mod support {
     pub mod prom;
 }
 
+mod end_of_job;
 mod hangs;
 mod prometheus;
 

@@ -41,9 +41,10 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             .cloned()
             .collect();
         let hash = format!("{:#x}", s.hash);
-        let series = prom::series(&own, |attrs| {
+        let mut series = prom::series(&own, |attrs| {
             prom::attr(attrs, "nccl.comm.hash").as_deref() == Some(hash.as_str())
         });
+        series.extend(crate::end_of_job::interval_series(&own, STEP_SECS));
         let last = own.len().saturating_sub(1);
         let comm = |extra: &[(&str, &str)]| {
             let name = series
@@ -252,7 +253,7 @@ fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
 
 /// Whether Prometheus and promtool are here; without them the server checks are skipped with a
 /// message, unless `REQUIRE_PROMTOOL` is set (CI).
-fn have_prometheus() -> bool {
+pub(super) fn have_prometheus() -> bool {
     let found = ["prometheus", "promtool"].iter().all(|tool| {
         std::process::Command::new(tool)
             .arg("--version")
@@ -270,7 +271,7 @@ fn have_prometheus() -> bool {
 }
 
 /// Polls `check` every 200 ms until it holds or 30 s pass; the last answer either way.
-fn eventually<T>(mut check: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+pub(super) fn eventually<T>(mut check: impl FnMut() -> Result<T, String>) -> Result<T, String> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let r = check();
@@ -309,7 +310,8 @@ pub fn server(
     if !have_prometheus() {
         return;
     }
-    let server = Server::start(&prom::openmetrics(reqs), Path::new(RULES)).unwrap_or_else(|e| panic!("{e}"));
+    let samples = crate::end_of_job::held_live(&prom::openmetrics(reqs));
+    let server = Server::start(&samples, Path::new(RULES)).unwrap_or_else(|e| panic!("{e}"));
     let fail = |what: String| -> ! { panic!("{what}\nprometheus log:\n{}", server.log()) };
     let hex = |h: u64| format!("{h:#x}");
     let (slow, stalled, healthy) = (hex(slow), hex(stalled), hex(scenarios[0].hash));
@@ -359,10 +361,8 @@ pub fn server(
         alerts.len()
     );
 
-    // The hang alerts' queries at the stall's first export with a stuck series, with the member
-    // directory they join inlined (the server records it from its start only).
-    let directory = "nccl:comm_member:last15m";
-    let members = &rules.iter().find(|r| r.0 == directory).expect(directory).1;
+    // The hang alerts' queries at the stall's first export with a stuck series, with the
+    // recording rules they read inlined (the server records them from its start only).
     let stuck_at = reqs
         .iter()
         .filter(|r| series_at(r, "nccl.progress.hang.stuck") > 0.0)
@@ -370,12 +370,7 @@ pub fn server(
         .next()
         .expect("an export during the stall");
     for (alert, label, value) in [("NcclHang", "nccl_peer", "1"), ("NcclRankStuck", "nccl_rank", "1")] {
-        let query = rules
-            .iter()
-            .find(|r| r.0 == alert)
-            .expect(alert)
-            .1
-            .replace(directory, &format!("({members})"));
+        let query = crate::end_of_job::inlined(&rules, alert);
         let rows = server.query(&query, Some(stuck_at)).unwrap_or_else(|e| fail(e));
         assert!(
             rows.iter()

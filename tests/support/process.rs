@@ -24,6 +24,11 @@ pub fn is_child() -> bool {
     std::env::var_os(CHILD).is_some()
 }
 
+/// In a [`child`]: the case its `var` names; `None` in any other process.
+pub fn case(var: &str) -> Option<String> {
+    is_child().then(|| std::env::var(var).unwrap())
+}
+
 /// The libtest name of test `name` in `module` (its `module_path!()`): the path without the
 /// crate, as `--exact` expects it.
 pub fn test_name(module: &str, name: &str) -> String {
