@@ -64,7 +64,9 @@ pub struct Truth {
 
 /// Sets the environment every export test shares (call once, before the first `init`): the
 /// launcher's and the user's identity variables removed (a machine that runs the tests under
-/// Slurm, torchrun or in a pod would rename the service the tests expect), then `extra`.
+/// Slurm, torchrun or in a pod would rename the service the tests expect), classic histograms and
+/// every family (the checks read the catalogue's buckets and the channel and transfer families),
+/// then `extra`.
 ///
 /// # Safety
 /// No other thread may read or write the environment meanwhile.
@@ -80,6 +82,11 @@ pub unsafe fn base_env(extra: &[(&str, &str)]) {
         ("NCCL_PROFILER_OTEL_WINDOW_CAPACITY", "4096"),
         ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "2048"),
         ("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN"),
+        (
+            "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
+            "explicit_bucket_histogram",
+        ),
+        ("NCCL_PROFILER_OTEL_DETAIL", "full"),
     ];
     for (k, v) in defaults.iter().chain(extra) {
         // SAFETY: the caller guarantees no concurrent environment access.
@@ -643,6 +650,7 @@ pub fn check_documented(reqs: &[ExportMetricsServiceRequest]) {
         let kind = rx::kind(m);
         let expected = match instrument.as_str() {
             "Counter" => "sum(monotonic=true",
+            "Histogram" if kind.starts_with("exponential_histogram") => "exponential_histogram",
             "Histogram" => "histogram",
             "Gauge" => "gauge",
             other => panic!("unknown instrument {other} for {}", m.name),

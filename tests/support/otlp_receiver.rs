@@ -496,7 +496,7 @@ pub struct Point {
     pub value: f64,
     /// Histogram count (0 otherwise).
     pub count: u64,
-    /// Histogram bucket counts (empty otherwise).
+    /// Explicit histogram bucket counts (empty otherwise).
     pub buckets: Vec<u64>,
     /// Histogram explicit bounds (empty otherwise).
     pub bounds: Vec<f64>,
@@ -548,6 +548,18 @@ pub fn points(m: &Metric) -> Vec<Point> {
                 count: p.count,
                 buckets: p.bucket_counts.clone(),
                 bounds: p.explicit_bounds.clone(),
+                time: p.time_unix_nano,
+            })
+            .collect(),
+        Some(metric::Data::ExponentialHistogram(h)) => h
+            .data_points
+            .iter()
+            .map(|p| Point {
+                attrs: attrs(&p.attributes),
+                value: p.sum.unwrap_or(f64::NAN),
+                count: p.count,
+                buckets: vec![],
+                bounds: vec![],
                 time: p.time_unix_nano,
             })
             .collect(),
