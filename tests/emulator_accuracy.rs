@@ -193,25 +193,28 @@ impl Exported {
         let peer = peer.map(|p| p.to_string());
         let (hash, rank) = (format!("{hash:#x}"), rank.to_string());
         let mut out = Vec::new();
-        // Exponential histograms (the default) or explicit ones: (attributes, count, sum, min, max).
-        type Kv = opentelemetry_proto::tonic::common::v1::KeyValue;
-        fn points(m: &rx::Metric) -> Vec<(&Vec<Kv>, u64, Option<f64>, Option<f64>, Option<f64>)> {
-            match &m.data {
+        // Exponential histograms (the default) or explicit ones.
+        let durations = |count, sum: Option<f64>, min: Option<f64>, max: Option<f64>| Durations {
+            count,
+            sum: sum.unwrap_or(f64::NAN),
+            min: min.unwrap_or(f64::NAN),
+            max: max.unwrap_or(f64::NAN),
+        };
+        for m in rx::metrics(&self.0).into_iter().filter(|m| m.name == name) {
+            let points: Vec<(&[_], Durations)> = match &m.data {
                 Some(rx::metric::Data::ExponentialHistogram(h)) => h
                     .data_points
                     .iter()
-                    .map(|p| (&p.attributes, p.count, p.sum, p.min, p.max))
+                    .map(|p| (&p.attributes[..], durations(p.count, p.sum, p.min, p.max)))
                     .collect(),
                 Some(rx::metric::Data::Histogram(h)) => h
                     .data_points
                     .iter()
-                    .map(|p| (&p.attributes, p.count, p.sum, p.min, p.max))
+                    .map(|p| (&p.attributes[..], durations(p.count, p.sum, p.min, p.max)))
                     .collect(),
                 _ => Vec::new(),
-            }
-        }
-        for m in rx::metrics(&self.0).into_iter().filter(|m| m.name == name) {
-            for (attributes, count, sum, min, max) in points(m) {
+            };
+            for (attributes, d) in points {
                 let a = rx::attrs(attributes);
                 let is = |k: &str, v: Option<&String>| a.get(k) == v;
                 if is("nccl.comm.hash", Some(&hash))
@@ -220,12 +223,7 @@ impl Exported {
                     && is("nccl.peer", peer.as_ref())
                     && is("nccl.size_class", Some(&class.to_owned()))
                 {
-                    out.push(Durations {
-                        count,
-                        sum: sum.unwrap_or(f64::NAN),
-                        min: min.unwrap_or(f64::NAN),
-                        max: max.unwrap_or(f64::NAN),
-                    });
+                    out.push(d);
                 }
             }
         }
