@@ -35,7 +35,7 @@ const VARIANTS: [(&str, &str, &str, &str); 5] = [
     ("detail=full", "full", "none", EXPONENTIAL),
     ("classic", "basic", "none", CLASSIC),
     ("detail=full, classic", "full", "none", CLASSIC),
-    ("drop kernel, progress", "basic", "kernel,progress", EXPONENTIAL),
+    ("detail=full, drop channel", "full", "channel", EXPONENTIAL),
 ];
 const EXPONENTIAL: &str = "base2_exponential_bucket_histogram";
 const CLASSIC: &str = "explicit_bucket_histogram";
