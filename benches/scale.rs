@@ -37,6 +37,7 @@ const VARIANTS: [(&str, &str, &str, &str); 5] = [
     ("detail=full, classic", "full", "none", CLASSIC),
     ("detail=full, drop channel", "full", "channel", EXPONENTIAL),
 ];
+/// The histogram aggregations (`OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION`).
 const EXPONENTIAL: &str = "base2_exponential_bucket_histogram";
 const CLASSIC: &str = "explicit_bucket_histogram";
 

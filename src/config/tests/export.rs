@@ -1,5 +1,5 @@
-//! Unit tests of the export settings the fleet needs: the detail level, dropped metric families, histogram
-//! aggregation, compression, the export interval and `OTEL_SDK_DISABLED`.
+//! Unit tests of the export settings the fleet needs: the detail level, dropped metric families,
+//! histogram aggregation, compression, the export interval and `OTEL_SDK_DISABLED`.
 
 use super::super::*;
 use super::{assert_rejected, load};
