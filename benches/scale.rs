@@ -1,55 +1,45 @@
 //! What one rank exports, for docs/scale.md: bytes per interval (the OTLP protobuf body, raw and
-//! gzipped as the exporter sends it) and the Prometheus series it makes, with the volume switches
-//! off and on, projected to a 1,024- and a 16,384-rank job.
+//! gzipped as the exporter sends it) and the Prometheus series it makes, at the defaults and with
+//! the volume switches, projected to a 1,024- and a 16,384-rank job.
 //!
-//! One process emulates rank 0 of a 16-rank job on 2 nodes (NCCL 2.31.2; every setting the
-//! default but the switches and a 1 s interval) in four communicators of 32 channels each: data
-//! parallel over all ranks (AllReduce of 64, 8 and 1 MiB, AllGather and ReduceScatter of 4 MiB),
-//! tensor parallel within the node (AllReduce of 16 and 1 MiB), pipeline (Send/Recv of 2 MiB to
-//! the next stage) and expert parallel (AlltoAll of 2 MiB per peer over all ranks). The figures
-//! are those of the largest export (with cumulative temporality every export carries every
-//! series; the last ones carry them all). Each variant runs in a child process (the
-//! configuration is read once per process).
+//! One process emulates rank 0 of `support/scale.rs`'s job (every setting the default but the
+//! switches and a 1 s interval). The figures are those of the largest export (with cumulative
+//! temporality every export carries every series; the last ones carry them all). Each variant
+//! runs in a child process (the configuration is read once per process).
 
-#[path = "../tests/support/emulator/mod.rs"]
-mod emulator;
-#[path = "../tests/support/otlp_receiver.rs"]
-mod otlp_receiver;
+#[path = "../tests/support"]
+mod support {
+    pub mod emulator;
+    pub mod otlp_receiver;
+    pub mod scale;
+}
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
-use emulator::release::{self, Release};
-use emulator::{Call, CommSpec, Link, Network, Plugin, Workload};
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-use otlp_receiver::{ExportMetricsServiceRequest, Receiver};
 use prost::Message as _;
+use support::emulator::Plugin;
+use support::otlp_receiver::{self, ExportMetricsServiceRequest, Receiver};
+use support::scale;
 
-const RANKS: usize = 16;
-const PER_NODE: usize = 8;
-const CHANNELS: u8 = 32;
 const ITERATIONS: usize = 40;
 /// The default telemetry interval, for the projections.
 const INTERVAL_SECS: f64 = 5.0;
 
-/// (name, NCCL_PROFILER_OTEL_DROP_METRICS, histogram aggregation).
-const VARIANTS: [(&str, &str, &str); 5] = [
-    ("default", "none", "explicit_bucket_histogram"),
-    ("drop channel", "channel", "explicit_bucket_histogram"),
-    (
-        "drop channel, transfer",
-        "channel,transfer",
-        "explicit_bucket_histogram",
-    ),
-    ("exponential", "none", "base2_exponential_bucket_histogram"),
-    (
-        "drop channel, transfer; exponential",
-        "channel,transfer",
-        "base2_exponential_bucket_histogram",
-    ),
+/// (name, NCCL_PROFILER_OTEL_DETAIL, NCCL_PROFILER_OTEL_DROP_METRICS, histogram aggregation).
+const VARIANTS: [(&str, &str, &str, &str); 5] = [
+    ("default", "basic", "none", EXPONENTIAL),
+    ("detail=full", "full", "none", EXPONENTIAL),
+    ("classic", "basic", "none", CLASSIC),
+    ("detail=full, classic", "full", "none", CLASSIC),
+    ("detail=full, drop channel", "full", "channel", EXPONENTIAL),
 ];
+/// The histogram aggregations (`OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION`).
+const EXPONENTIAL: &str = "base2_exponential_bucket_histogram";
+const CLASSIC: &str = "explicit_bucket_histogram";
 
 fn main() {
     if let Ok(variant) = std::env::var("SCALE_VARIANT") {
@@ -119,41 +109,24 @@ fn kb(bytes: f64) -> String {
 
 /// One variant: rank 0's view of the workload, exported to an in-process collector.
 fn child(variant: usize) {
-    let (_, drop, histograms) = VARIANTS[variant];
+    let (_, detail, drop, histograms) = VARIANTS[variant];
     let receiver = Receiver::start();
     // SAFETY: set before any other thread of this process exists and before the plugin reads
     // its configuration.
     unsafe {
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", receiver.endpoint());
         std::env::set_var("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "1");
+        std::env::set_var("NCCL_PROFILER_OTEL_DETAIL", detail);
         std::env::set_var("NCCL_PROFILER_OTEL_DROP_METRICS", drop);
         std::env::set_var("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", histograms);
     }
-    release::set(Release::V2_31_2);
+    scale::set_release();
     let plugin = Plugin::in_process();
-    let all = || 0..RANKS;
-    let comms = [
-        CommSpec::new("dp", all()).calls([
-            Call::all_reduce(64 << 20),
-            Call::all_reduce(8 << 20),
-            Call::all_reduce(1 << 20),
-            Call::all_gather(4 << 20),
-            Call::reduce_scatter(4 << 20),
-        ]),
-        CommSpec::new("tp", 0..PER_NODE).calls([Call::all_reduce(16 << 20), Call::all_reduce(1 << 20)]),
-        CommSpec::new("pp", (0..RANKS).step_by(PER_NODE)).calls([Call::send_recv(1, 2 << 20)]),
-        CommSpec::new("ep", all()).calls([Call::all_to_all(2 << 20)]),
-    ];
-    let net = Network::new(RANKS, PER_NODE, Link::new_us(20.0, 12.0));
-    let mut workload = Workload::new(net).iterations(ITERATIONS);
-    for c in comms {
-        workload = workload.comm(c.channels(CHANNELS).emulate([0]));
-    }
     // The exports of the run (which finalizes the communicators), then of two more intervals.
-    workload.run(&plugin);
+    scale::run(&plugin, ITERATIONS);
     std::thread::sleep(Duration::from_millis(2500));
     let reqs = receiver.requests();
-    let largest = reqs.iter().max_by_key(|r| r.encoded_len()).expect("no export arrived");
+    let largest = scale::largest(&reqs);
     let raw = largest.encode_to_vec();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&raw).expect("gzip");

@@ -193,12 +193,29 @@ impl Exported {
         let peer = peer.map(|p| p.to_string());
         let (hash, rank) = (format!("{hash:#x}"), rank.to_string());
         let mut out = Vec::new();
+        // Exponential histograms (the default) or explicit ones.
+        let durations = |count, sum: Option<f64>, min: Option<f64>, max: Option<f64>| Durations {
+            count,
+            sum: sum.unwrap_or(f64::NAN),
+            min: min.unwrap_or(f64::NAN),
+            max: max.unwrap_or(f64::NAN),
+        };
         for m in rx::metrics(&self.0).into_iter().filter(|m| m.name == name) {
-            let Some(rx::metric::Data::Histogram(h)) = &m.data else {
-                continue;
+            let points: Vec<(&[_], Durations)> = match &m.data {
+                Some(rx::metric::Data::ExponentialHistogram(h)) => h
+                    .data_points
+                    .iter()
+                    .map(|p| (&p.attributes[..], durations(p.count, p.sum, p.min, p.max)))
+                    .collect(),
+                Some(rx::metric::Data::Histogram(h)) => h
+                    .data_points
+                    .iter()
+                    .map(|p| (&p.attributes[..], durations(p.count, p.sum, p.min, p.max)))
+                    .collect(),
+                _ => Vec::new(),
             };
-            for p in &h.data_points {
-                let a = rx::attrs(&p.attributes);
+            for (attributes, d) in points {
+                let a = rx::attrs(attributes);
                 let is = |k: &str, v: Option<&String>| a.get(k) == v;
                 if is("nccl.comm.hash", Some(&hash))
                     && is("nccl.rank", Some(&rank))
@@ -206,12 +223,7 @@ impl Exported {
                     && is("nccl.peer", peer.as_ref())
                     && is("nccl.size_class", Some(&class.to_owned()))
                 {
-                    out.push(Durations {
-                        count: p.count,
-                        sum: p.sum.unwrap_or(f64::NAN),
-                        min: p.min.unwrap_or(f64::NAN),
-                        max: p.max.unwrap_or(f64::NAN),
-                    });
+                    out.push(d);
                 }
             }
         }

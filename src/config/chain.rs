@@ -77,7 +77,7 @@ impl<L: Fn(&str) -> Option<String>> Reader<L> {
         };
         e.histograms = self.read(
             otel::HISTOGRAM_AGGREGATION,
-            Histograms::Explicit,
+            Histograms::Exponential,
             histograms,
             show_histograms,
         );

@@ -79,6 +79,7 @@ blank!(
     Compression => Compression::None,
     Temporality => Temporality::Cumulative,
     Histograms => Histograms::Explicit,
+    Detail => Detail::Basic,
 );
 
 impl<T> Blank for Option<T> {
@@ -184,6 +185,21 @@ pub enum Histograms {
     Exponential,
 }
 
+/// Which metric families are exported ([`DETAIL`]), before [`DROP_METRICS`] leaves out more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Every family but [`Detail::FULL_ONLY`]: what the dashboard and the rules read.
+    Basic,
+    /// Every family.
+    Full,
+}
+
+impl Detail {
+    /// The families of [`METRIC_FAMILIES`] that only [`Detail::Full`] exports: per channel and
+    /// per transfer.
+    pub const FULL_ONLY: [&str; 2] = ["channel", "transfer"];
+}
+
 /// Aggregation temporality preference ([`otel::TEMPORALITY`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Temporality {
@@ -220,9 +236,11 @@ pub struct Export {
     pub queue: u32,
     /// [`CARDINALITY_LIMIT`].
     pub cardinality_limit: u32,
+    /// [`DETAIL`].
+    pub detail: Detail,
     /// [`DROP_METRICS`]: families of [`METRIC_FAMILIES`] not exported.
     pub dropped: Vec<&'static str>,
-    /// [`otel::HISTOGRAM_AGGREGATION`], default [`Histograms::Explicit`].
+    /// [`otel::HISTOGRAM_AGGREGATION`], default [`Histograms::Exponential`].
     pub histograms: Histograms,
     /// [`otel::SERVICE_NAME`], else `service.name` of [`otel::RESOURCE_ATTRIBUTES`], else the
     /// job's name or id from the launcher ([`LAUNCHER`]), else [`DEFAULT_SERVICE_NAME`].
@@ -248,6 +266,18 @@ pub struct CaFile {
 }
 
 impl Export {
+    /// The families of [`METRIC_FAMILIES`] not exported: [`Export::dropped`], and
+    /// [`Detail::FULL_ONLY`] at [`Detail::Basic`]; in the table's order.
+    /// Called on: the telemetry thread.
+    #[must_use]
+    pub fn left_out(&self) -> Vec<&'static str> {
+        let basic = |f: &&str| self.detail == Detail::Basic && Detail::FULL_ONLY.contains(f);
+        METRIC_FAMILIES
+            .into_iter()
+            .filter(|f| self.dropped.contains(f) || basic(f))
+            .collect()
+    }
+
     /// The value of resource attribute `key` in [`Export::resource`].
     /// Called on: the telemetry thread, the exporter thread.
     #[must_use]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 #[cfg(feature = "tls")]
 use super::CaFile;
-use super::{Compression, Exporter, Histograms, METRIC_FAMILIES, Mode, Protocol, Temporality};
+use super::{Compression, Detail, Exporter, Histograms, METRIC_FAMILIES, Mode, Protocol, Temporality};
 
 /// Highest event bit NCCL defines (CeBatch, spec 2.2); masks with higher bits are rejected.
 const MAX_EVENT_BIT: u32 = 15;
@@ -160,6 +160,24 @@ pub(super) fn parse_histograms(s: &str) -> Option<Histograms> {
         "base2_exponential_bucket_histogram" => Some(Histograms::Exponential),
         _ => None,
     }
+}
+
+/// `basic` or `full`, any case.
+pub(super) fn parse_detail(s: &str) -> Option<Detail> {
+    match s.to_ascii_lowercase().as_str() {
+        "basic" => Some(Detail::Basic),
+        "full" => Some(Detail::Full),
+        _ => None,
+    }
+}
+
+/// A detail level as [`parse_detail`] reads it.
+pub(super) fn show_detail(value: Detail) -> String {
+    match value {
+        Detail::Basic => "basic",
+        Detail::Full => "full",
+    }
+    .to_owned()
 }
 
 /// Histograms as [`parse_histograms`] reads them.

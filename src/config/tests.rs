@@ -74,8 +74,9 @@ fn defaults() {
     );
     assert_eq!(
         (e.compression, e.temporality, e.histograms, e.certificate.as_ref()),
-        (Compression::Gzip, Temporality::Cumulative, Histograms::Explicit, None)
+        (Compression::Gzip, Temporality::Cumulative, Histograms::Exponential, None)
     );
+    assert_eq!((e.detail, e.left_out()), (Detail::Basic, vec!["transfer", "channel"]));
     assert_eq!(
         (e.file.as_str(), e.queue, e.cardinality_limit, e.service_name.as_str()),
         ("nccl-otel-%h-%p.jsonl", 8, 2000, "nccl")
@@ -318,8 +319,9 @@ fn describe_round_trips() {
         (EXPORT_FILE, "/tmp/x-%h-%p-%%.jsonl"),
         (EXPORT_QUEUE, "3"),
         (CARDINALITY_LIMIT, "16"),
+        (DETAIL, "FULL"),
         (DROP_METRICS, "Channel, link"),
-        (otel::HISTOGRAM_AGGREGATION, "base2_exponential_bucket_histogram"),
+        (otel::HISTOGRAM_AGGREGATION, "explicit_bucket_histogram"),
         (otel::PROTOCOL, "http/json"),
         (otel::TEMPORALITY, "delta"),
         (otel::COMPRESSION, "none"),

@@ -695,6 +695,10 @@ mod tests {
                 let points = h.data_points.iter();
                 points.map(|p| (attrs(&p.attributes), p.count as f64, p.sum.unwrap_or(0.0))).collect()
             }
+            Some(Data::ExponentialHistogram(h)) => {
+                let points = h.data_points.iter();
+                points.map(|p| (attrs(&p.attributes), p.count as f64, p.sum.unwrap_or(0.0))).collect()
+            }
             Some(Data::Gauge(g)) => g.data_points.iter().map(|p| (attrs(&p.attributes), number(&p.value), 0.0)).collect(),
             Some(Data::Sum(s)) => s.data_points.iter().map(|p| (attrs(&p.attributes), number(&p.value), 0.0)).collect(),
             _ => Vec::new(),
@@ -784,7 +788,11 @@ mod tests {
         use crate::record::sample::{Role, Sample};
         use crate::record::{Algo, Datatype, Proto};
 
-        let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
+        let (config, _) = config::Config::from_lookup(|k| match k {
+            config::EXPORTER => Some("file".to_owned()),
+            config::DETAIL => Some("full".to_owned()),
+            _ => None,
+        });
         let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
         let op = |start: f64, role, ord| OpSample {
             bytes: 1 << 20,

@@ -1,7 +1,8 @@
 //! Which aggregation each instrument gets, as the one SDK view of the provider: every stream keeps
-//! the SDK's cardinality limit above ours; the families `NCCL_PROFILER_OTEL_DROP_METRICS` names are
-//! dropped (neither aggregated nor exported); histograms keep the catalogue's explicit buckets or,
-//! with `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION`, get base-2 exponential ones.
+//! the SDK's cardinality limit above ours; the families left out (`NCCL_PROFILER_OTEL_DETAIL`,
+//! `NCCL_PROFILER_OTEL_DROP_METRICS`) are neither aggregated nor exported; histograms get base-2
+//! exponential buckets or, with `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION`, keep
+//! the catalogue's explicit ones.
 //! Called on: the telemetry thread (when instruments are created).
 #![forbid(unsafe_code)]
 
@@ -22,9 +23,9 @@ pub fn view(export: &config::Export) -> impl Fn(&Instrument) -> Option<Stream> +
     // Above ours: every set we admit plus the overflow set, twice for delta's two intervals.
     let sdk_limit = 2 * export.cardinality_limit as usize + 2;
     let dropped: Vec<String> = export
-        .dropped
-        .iter()
-        .flat_map(|&f| match f {
+        .left_out()
+        .into_iter()
+        .flat_map(|f| match f {
             "transfer" => vec!["nccl.coll.transfer".to_owned(), "nccl.p2p.transfer".to_owned()],
             f => vec![format!("nccl.{f}.")],
         })

@@ -35,6 +35,8 @@ fn user_tags_and_kernel_phases_match_the_emulator() {
         std::env::set_var("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1");
         std::env::set_var("NCCL_PROFILER_OTEL_EXPORTER", "file");
         std::env::set_var("NCCL_PROFILER_OTEL_EXPORT_FILE", &file);
+        // Every family: the catalogue check expects the channel and transfer ones too.
+        std::env::set_var("NCCL_PROFILER_OTEL_DETAIL", "full");
     }
     let capture = Arc::new(Capture::default());
     telemetry::add_sink(capture.clone());

@@ -43,6 +43,9 @@ fn env(endpoint: &str) -> Vec<(&'static str, String)> {
         ("NCCL_PROFILER_OTEL_EXPORT_QUEUE", QUEUE.to_string()),
         ("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint.into()),
     ]
+    .into_iter()
+    .chain(sx::DETAILED.map(|(k, v)| (k, v.to_owned())))
+    .collect()
 }
 
 /// Collectives with proxy ops and steps (no transfer time) for `secs`; returns the slowest

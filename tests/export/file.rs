@@ -156,6 +156,7 @@ fn stdout_writes_the_same_json_lines() {
         .env_remove("NCCL_PROFILER_OTEL_CARDINALITY_LIMIT")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")
         .env("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN")
+        .envs(sx::DETAILED)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

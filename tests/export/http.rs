@@ -141,6 +141,7 @@ fn http_json_protocol() {
         .env_remove("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT")
         .env("NCCL_PROFILER_OTEL_TELEMETRY_INTERVAL_SEC", "0.2")
         .env("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN")
+        .envs(sx::DETAILED)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));

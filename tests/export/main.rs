@@ -8,6 +8,8 @@
 //! - `golden`: the export compared line by line with `tests/golden/export.txt`;
 //! - `faults`: faulty collectors, exit and fork;
 //! - `gpu`: each communicator's GPU on its member series, through the CUDA driver's stand-in;
+//! - `budget`: the Prometheus series of one rank of `docs/scale.md`'s job at the defaults, and
+//!   what `NCCL_PROFILER_OTEL_DETAIL=full` restores;
 //! - `rotel`: interop with a real collector (ignored; `.ci/export-interop.sh`).
 //!
 //! The plugin reads its configuration once per process, so every test that configures the
@@ -21,9 +23,14 @@ mod support {
     pub mod export;
     pub mod otlp_receiver;
     pub mod process;
+    // Only the translation, for the series budget.
+    #[allow(dead_code)]
+    pub mod prom;
+    pub mod scale;
     pub mod shipped;
 }
 
+mod budget;
 mod faults;
 mod file;
 mod golden;

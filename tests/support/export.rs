@@ -62,9 +62,21 @@ pub struct Truth {
     pub rank: i32,
 }
 
+/// What [`check`] and the golden export read beyond the defaults: classic histograms (the
+/// catalogue's buckets) and every family (the channel and transfer ones too). In [`base_env`],
+/// and in the environment of the export tests' child processes.
+pub const DETAILED: [(&str, &str); 2] = [
+    (
+        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
+        "explicit_bucket_histogram",
+    ),
+    ("NCCL_PROFILER_OTEL_DETAIL", "full"),
+];
+
 /// Sets the environment every export test shares (call once, before the first `init`): the
 /// launcher's and the user's identity variables removed (a machine that runs the tests under
-/// Slurm, torchrun or in a pod would rename the service the tests expect), then `extra`.
+/// Slurm, torchrun or in a pod would rename the service the tests expect), [`DETAILED`], then
+/// `extra`.
 ///
 /// # Safety
 /// No other thread may read or write the environment meanwhile.
@@ -81,7 +93,7 @@ pub unsafe fn base_env(extra: &[(&str, &str)]) {
         ("NCCL_PROFILER_OTEL_WINDOW_COUNT_TRIGGER", "2048"),
         ("NCCL_PROFILER_LINEAR_REGRESSION_MODE", "MIN"),
     ];
-    for (k, v) in defaults.iter().chain(extra) {
+    for (k, v) in defaults.iter().chain(&DETAILED).chain(extra) {
         // SAFETY: the caller guarantees no concurrent environment access.
         unsafe { std::env::set_var(k, v) };
     }
@@ -643,6 +655,7 @@ pub fn check_documented(reqs: &[ExportMetricsServiceRequest]) {
         let kind = rx::kind(m);
         let expected = match instrument.as_str() {
             "Counter" => "sum(monotonic=true",
+            "Histogram" if kind.starts_with("exponential_histogram") => "exponential_histogram",
             "Histogram" => "histogram",
             "Gauge" => "gauge",
             other => panic!("unknown instrument {other} for {}", m.name),

@@ -496,7 +496,7 @@ pub struct Point {
     pub value: f64,
     /// Histogram count (0 otherwise).
     pub count: u64,
-    /// Histogram bucket counts (empty otherwise).
+    /// Explicit histogram bucket counts (empty otherwise).
     pub buckets: Vec<u64>,
     /// Histogram explicit bounds (empty otherwise).
     pub bounds: Vec<f64>,
@@ -536,6 +536,15 @@ pub fn points(m: &Metric) -> Vec<Point> {
         bounds: vec![],
         time: p.time_unix_nano,
     };
+    // Without buckets (an exponential histogram's are not kept).
+    let histogram = |attributes: &[KeyValue], sum: Option<f64>, count, time| Point {
+        attrs: attrs(attributes),
+        value: sum.unwrap_or(f64::NAN),
+        count,
+        buckets: vec![],
+        bounds: vec![],
+        time,
+    };
     match &m.data {
         Some(metric::Data::Gauge(g)) => g.data_points.iter().map(number).collect(),
         Some(metric::Data::Sum(s)) => s.data_points.iter().map(number).collect(),
@@ -543,13 +552,15 @@ pub fn points(m: &Metric) -> Vec<Point> {
             .data_points
             .iter()
             .map(|p| Point {
-                attrs: attrs(&p.attributes),
-                value: p.sum.unwrap_or(f64::NAN),
-                count: p.count,
                 buckets: p.bucket_counts.clone(),
                 bounds: p.explicit_bounds.clone(),
-                time: p.time_unix_nano,
+                ..histogram(&p.attributes, p.sum, p.count, p.time_unix_nano)
             })
+            .collect(),
+        Some(metric::Data::ExponentialHistogram(h)) => h
+            .data_points
+            .iter()
+            .map(|p| histogram(&p.attributes, p.sum, p.count, p.time_unix_nano))
             .collect(),
         _ => vec![],
     }

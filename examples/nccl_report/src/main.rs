@@ -11,7 +11,9 @@
 //! bandwidth (host and GPU); the link matrix and the slowest links with their hosts; hangs and
 //! stragglers with their culprits. Lines that are not such requests are counted, skipped and
 //! reported. `--openmetrics FILE` writes every sample in the OpenMetrics text format, named as
-//! Prometheus names the OTLP metrics, for `promtool tsdb create-blocks-from openmetrics`.
+//! Prometheus names the OTLP metrics, for `promtool tsdb create-blocks-from openmetrics`;
+//! exponential histograms (the plugin's default) as classic ones with power-of-two buckets, since
+//! OpenMetrics text has no native histograms.
 //! Expects cumulative temporality (the plugin's default); delta sums and histograms are added
 //! up. Single-threaded.
 
@@ -25,6 +27,7 @@ mod prom;
 #[path = "../../training_demo/src/report.rs"]
 mod report;
 
+mod classic;
 mod culprits;
 mod input;
 
@@ -142,8 +145,9 @@ fn summary(requests: &[Request], files: usize, bad: usize) {
 
 /// Writes every sample of `requests` to `path` in the OpenMetrics text format, one process at a
 /// time (so that each series' samples come in time order); returns how many. Reorders
-/// `requests` by process.
+/// `requests` by process, and makes their exponential histograms classic ([`classic`]).
 fn write_openmetrics(path: &str, requests: &mut [Request]) -> Result<usize, String> {
+    classic::classic(requests);
     requests.sort_by_cached_key(resource);
     let failed = |e: std::io::Error| format!("cannot write {path}: {e}");
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(failed)?);

@@ -14,13 +14,15 @@ pub type Attrs = Vec<(String, String)>;
 pub type Cells = BTreeMap<(usize, usize), (f64, f64)>;
 
 /// A metric's value per attribute set, at the end of the requests: the latest point of a
-/// cumulative metric or a gauge; the points of a delta sum or histogram added up.
+/// cumulative metric or a gauge; the points of a delta sum or histogram (explicit or exponential)
+/// added up.
 pub fn latest(requests: &[ExportMetricsServiceRequest], name: &str) -> BTreeMap<Attrs, Point> {
     let mut out: BTreeMap<Attrs, Point> = BTreeMap::new();
     for m in metrics(requests).into_iter().filter(|m| m.name == name) {
         let delta = match &m.data {
             Some(metric::Data::Sum(s)) => s.aggregation_temporality == DELTA,
             Some(metric::Data::Histogram(h)) => h.aggregation_temporality == DELTA,
+            Some(metric::Data::ExponentialHistogram(h)) => h.aggregation_temporality == DELTA,
             _ => false,
         };
         for p in points(m) {
@@ -87,7 +89,8 @@ pub fn print_collectives(requests: &[ExportMetricsServiceRequest]) {
     };
     for family in ["coll", "p2p"] {
         let series = |what: &str| latest(requests, &format!("nccl.{family}.{what}"));
-        for (attrs, p) in series("transfers") {
+        // Every operation's size is recorded once, whether it was timed or only counted.
+        for (attrs, p) in series("bytes") {
             rows.entry(key(&attrs)).or_default().ops += p.count;
         }
         for (what, service) in [("duration", false), ("service.duration", true)] {

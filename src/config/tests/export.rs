@@ -1,5 +1,5 @@
-//! Unit tests of the export settings the fleet needs: dropped metric families, histogram
-//! aggregation, compression, the export interval and `OTEL_SDK_DISABLED`.
+//! Unit tests of the export settings the fleet needs: the detail level, dropped metric families,
+//! histogram aggregation, compression, the export interval and `OTEL_SDK_DISABLED`.
 
 use super::super::*;
 use super::{assert_rejected, load};
@@ -30,7 +30,23 @@ fn dropped_families_and_histograms() {
             expected
         );
     }
-    assert_rejected(otel::HISTOGRAM_AGGREGATION, "exponential", "explicit_bucket_histogram");
+    assert_rejected(otel::HISTOGRAM_AGGREGATION, "exponential", "base2_exponential_bucket_histogram");
+}
+
+#[test]
+fn detail_leaves_out_channels_and_transfers_unless_full() {
+    for (vars, detail, left_out) in [
+        (&[][..], Detail::Basic, vec!["transfer", "channel"]),
+        (&[(DETAIL, "Full")][..], Detail::Full, vec![]),
+        (&[(DETAIL, "basic"), (DROP_METRICS, "link")][..], Detail::Basic, vec!["transfer", "link", "channel"]),
+        (&[(DETAIL, "full"), (DROP_METRICS, "channel")][..], Detail::Full, vec!["channel"]),
+        (&[(DETAIL, "full"), (DROP_METRICS, "progress,p2p")][..], Detail::Full, vec!["p2p", "progress"]),
+    ] {
+        let (config, warnings) = load(vars);
+        assert!(warnings.is_empty(), "{vars:?}: {warnings:?}");
+        assert_eq!((config.export.detail, config.export.left_out()), (detail, left_out), "{vars:?}");
+    }
+    assert_rejected(DETAIL, "verbose", "basic");
 }
 
 #[test]
