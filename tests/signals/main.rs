@@ -44,8 +44,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use support::emulator::release::{self, Release};
 use support::emulator::{Call, CommSpec, Late, Link, Network, Plugin, Report, Stall, Workload, logger};
 use support::export as sx;
-use support::process;
 use support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+use support::process;
 
 const INTERVAL: f64 = 0.25;
 const THRESHOLD: f64 = 1.0;

@@ -304,7 +304,10 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
 /// `promtool check rules` on `path`, which must pass; `false` without promtool (which fails
 /// under `REQUIRE_PROMTOOL`).
 pub fn check_rules(path: &str) -> bool {
-    let Ok(check) = std::process::Command::new("promtool").args(["check", "rules", path]).output() else {
+    let Ok(check) = std::process::Command::new("promtool")
+        .args(["check", "rules", path])
+        .output()
+    else {
         assert!(
             std::env::var_os("REQUIRE_PROMTOOL").is_none(),
             "promtool not found (apt-get install prometheus)"
@@ -462,17 +465,21 @@ pub fn server(run: &Run, histograms: Histograms) {
         );
     }
 
-    // The recording rules' series.
+    // The recording rules' series (each group evaluates on its own schedule: samples written
+    // after the server started are in the next evaluation of each).
     for (record, hash) in [
         ("nccl:coll_duration:mean5m", &healthy),
         ("nccl:coll_busbw:rate5m", &slow),
         ("nccl:coll_kernel_busbw:rate5m", &healthy),
         ("nccl:link_bandwidth:median5m", &slow),
     ] {
-        let rows = server
-            .query(&format!("{record}{{nccl_comm_hash=\"{hash}\"}}"), None)
-            .unwrap_or_else(|e| fail(e));
-        assert!(!rows.is_empty(), "{record} of {hash}: no series");
+        eventually(
+            || match server.query(&format!("{record}{{nccl_comm_hash=\"{hash}\"}}"), None)? {
+                rows if rows.is_empty() => Err(format!("{record} of {hash}: no series")),
+                rows => Ok(rows),
+            },
+        )
+        .unwrap_or_else(|e| fail(e));
     }
 
     // The dashboard: every panel's queries, with the links' communicator the slow-link one, on the
@@ -529,7 +536,12 @@ pub fn server(run: &Run, histograms: Histograms) {
 /// ranks of each ring complete together.
 fn once_per_collective(server: &Server, rows: &[Row], histograms: Histograms) {
     let query = format!("sum(rate(nccl_coll_duration_seconds_count{{job=\"{JOB}\", nccl_func=\"AllReduce\"}}[1m]))");
-    let all: f64 = server.query(&histograms.query(&query), None).unwrap_or_default().iter().map(|r| r.1).sum();
+    let all: f64 = server
+        .query(&histograms.query(&query), None)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.1)
+        .sum();
     let shown: f64 = rows
         .iter()
         .filter(|r| r.0.get("nccl_func").is_some_and(|f| f == "AllReduce"))

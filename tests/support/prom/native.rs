@@ -115,7 +115,11 @@ pub fn rewrite(text: &str, histograms: &[String]) -> Result<String, String> {
             at = end;
             continue;
         }
-        let wrap = if suffix == "_sum" { "histogram_sum" } else { "histogram_count" };
+        let wrap = if suffix == "_sum" {
+            "histogram_sum"
+        } else {
+            "histogram_count"
+        };
         if !text[..selected].ends_with(']') {
             out.push_str(&format!("{wrap}({base}{})", &text[end..selected]));
             at = selected;
@@ -183,7 +187,10 @@ fn selector_end(text: &str, mut at: usize) -> Result<usize, String> {
 
 /// The label names of a selector's `{…}` (with the rest, if any).
 fn matchers(selector: &str) -> impl Iterator<Item = &str> {
-    let inner = selector.strip_prefix('{').and_then(|s| s.split('}').next()).unwrap_or("");
+    let inner = selector
+        .strip_prefix('{')
+        .and_then(|s| s.split('}').next())
+        .unwrap_or("");
     inner
         .split(',')
         .map(|m| m.split(['=', '!']).next().unwrap_or("").trim())

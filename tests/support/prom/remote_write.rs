@@ -106,11 +106,15 @@ pub fn request(reqs: &[ExportMetricsServiceRequest]) -> WriteRequest {
         labels.insert("__name__".into(), name.into());
         labels
     };
-    super::samples(reqs, |_| true, |step, name, labels, value| {
-        let timestamp = times[step];
-        let samples = &mut series.entry(key(name, labels)).or_default().samples;
-        samples.push(Sample { value, timestamp });
-    });
+    super::samples(
+        reqs,
+        |_| true,
+        |step, name, labels, value| {
+            let timestamp = times[step];
+            let samples = &mut series.entry(key(name, labels)).or_default().samples;
+            samples.push(Sample { value, timestamp });
+        },
+    );
     for (req, &timestamp) in reqs.iter().zip(&times) {
         for rm in &req.resource_metrics {
             let resource = rm.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);

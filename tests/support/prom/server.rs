@@ -49,7 +49,10 @@ impl Server {
     /// Starts Prometheus on an empty data directory with `rules`, native histograms on and the
     /// remote-write receiver open ([`Server::write`]).
     pub fn remote_write(rules: &Path) -> Result<Server, String> {
-        let flags = ["--enable-feature=native-histograms", "--web.enable-remote-write-receiver"];
+        let flags = [
+            "--enable-feature=native-histograms",
+            "--web.enable-remote-write-receiver",
+        ];
         Server::launch(fresh_dir()?, rules, &flags)
     }
 
