@@ -300,17 +300,15 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let _serial = serial();
     let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
     // SAFETY: the only test of this binary that runs in this process, before its first `init`.
-    let run = unsafe { run(&dir, &[]) };
     let Run {
         reqs,
         scenarios,
         lates,
         healthy,
         stalled,
+        slow,
         began,
-        ..
-    } = &run;
-    let (healthy, stalled, began) = (*healthy, *stalled, *began);
+    } = unsafe { run(&dir, &[]) };
     sx::check_documented(&reqs);
 
     // (d): nothing.
@@ -358,7 +356,7 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     }
 
     // (b): the late rank's peers wait what it imposed; it waits least.
-    for (hash, late) in lates {
+    for (hash, late) in &lates {
         let imposed = average(&late.imposed());
         let peer2 = |a: &BTreeMap<String, String>| a["nccl.peer"] == "2";
         let waits = [
@@ -394,8 +392,8 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
         }
     }
 
-    prometheus::promtool(reqs, scenarios, lates, stalled);
-    prometheus::server(&run, Histograms::Classic);
+    prometheus::promtool(&reqs, &scenarios, &lates, stalled);
+    prometheus::server(&reqs, &scenarios, &lates, stalled, slow, Histograms::Classic);
 }
 
 /// The same scenarios exported as exponential histograms and written into a Prometheus with
@@ -421,7 +419,8 @@ fn native_histograms_serve_the_native_rules_and_dashboard() {
         })
     };
     assert!(exported(true) && !exported(false), "histograms not all exponential");
-    prometheus::server(&run, Histograms::Native);
+    let (stalled, slow) = (run.stalled, run.slow);
+    prometheus::server(&run.reqs, &run.scenarios, &run.lates, stalled, slow, Histograms::Native);
 }
 
 /// docs/prometheus/nccl-rules-native.yml and docs/grafana/nccl-dashboard-native.json are what

@@ -13,7 +13,7 @@ use crate::support::export as sx;
 use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
 use crate::support::prom::server::{Row, Server};
 use crate::support::prom::{self, Expect, dashboard, native, remote_write};
-use crate::{HOST, JOB, JOB_RANK, NODE, RULES, Run, STEP_SECS, Scenario};
+use crate::{HOST, JOB, JOB_RANK, NODE, RULES, STEP_SECS, Scenario};
 
 /// How the plugin exported its histograms, and so which rules and dashboard a server check loads
 /// and how the server gets the samples.
@@ -384,12 +384,17 @@ fn extreme(rows: &[Row], sign: f64) -> Option<&Row> {
 /// straggler and slow-link alerts pending on their scenarios, nothing on the healthy one; the hang
 /// alerts' queries name peer 1 and rank 1 at the stall), and every query of its Grafana dashboard
 /// answered with the series each panel should show.
-pub fn server(run: &Run, histograms: Histograms) {
+pub fn server(
+    reqs: &[ExportMetricsServiceRequest],
+    scenarios: &[Scenario],
+    lates: &[(u64, Late)],
+    stalled: u64,
+    slow: u64,
+    histograms: Histograms,
+) {
     if !have_prometheus() {
         return;
     }
-    let (reqs, scenarios, lates) = (&run.reqs, &run.scenarios, &run.lates);
-    let (stalled, slow) = (run.stalled, run.slow);
     let server = histograms.server(reqs).unwrap_or_else(|e| panic!("{e}"));
     let fail = |what: String| -> ! { panic!("{what}\nprometheus log:\n{}", server.log()) };
     let hex = |h: u64| format!("{h:#x}");
