@@ -10,7 +10,9 @@
 //! become `_bucket{le}` (cumulative), `_sum` and `_count`; `service.namespace/service.name` (or
 //! `service.name` alone) becomes the `job` label and `service.instance.id` the `instance` label.
 //! Each export request is one step: of the test's interval for `promtool test rules`, at its
-//! collection time in OpenMetrics for a real server (`server`).
+//! collection time in OpenMetrics for a real server (`server`). Exponential histograms become
+//! native histograms only on the way to a server by remote write (`remote_write`), for the
+//! native-histogram variants of the rules and dashboard (`native`).
 
 // The test harness's (the `testing` feature): `nccl_report` includes only the translation.
 #[cfg(feature = "testing")]
