@@ -19,6 +19,11 @@
 //! culprit's member series ended over 5 minutes before; without member series they still fire,
 //! naming the culprit's rank only), and stay silent for (d). Without `promtool` that part is
 //! skipped with a message, unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
+//!
+//! The same scenarios run once more, in a process of their own, with exponential histograms: a
+//! Prometheus with native histograms, fed by remote write, must pass the same server checks with
+//! the native-histogram variants of the rules and dashboard, which a third test keeps equal to
+//! what `support::prom::native` makes of the classic files.
 
 #[path = "../support"]
 mod support {
@@ -299,6 +304,8 @@ unsafe fn run(dir: &Path, extra: &[(&str, &str)]) -> Run {
 fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     let _serial = serial();
     let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
+    // Classic histograms whatever the default: the promtool tests and the classic files read buckets.
+    let explicit = [(HISTOGRAM_AGGREGATION, "explicit_bucket_histogram")];
     // SAFETY: the only test of this binary that runs in this process, before its first `init`.
     let Run {
         reqs,
@@ -308,7 +315,7 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
         stalled,
         slow,
         began,
-    } = unsafe { run(&dir, &[]) };
+    } = unsafe { run(&dir, &explicit) };
     sx::check_documented(&reqs);
 
     // (d): nothing.
