@@ -307,15 +307,9 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     // Classic histograms whatever the default: the promtool tests and the classic files read buckets.
     let explicit = [(HISTOGRAM_AGGREGATION, "explicit_bucket_histogram")];
     // SAFETY: the only test of this binary that runs in this process, before its first `init`.
-    let Run {
-        reqs,
-        scenarios,
-        lates,
-        healthy,
-        stalled,
-        slow,
-        began,
-    } = unsafe { run(&dir, &explicit) };
+    let run = unsafe { run(&dir, &explicit) };
+    let (reqs, scenarios, lates) = (run.reqs, run.scenarios, run.lates);
+    let (healthy, stalled, slow, began) = (run.healthy, run.stalled, run.slow, run.began);
     sx::check_documented(&reqs);
 
     // (d): nothing.
