@@ -24,7 +24,9 @@ use std::time::{Duration, SystemTime};
 
 use super::support::emulator::release::{self, Release};
 use super::support::emulator::{Late, Plugin, Stall};
-use super::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+use opentelemetry_proto::tonic::metrics::v1::number_data_point;
+
+use super::support::otlp_receiver::{ExportMetricsServiceRequest, metric, metrics, points};
 use super::support::process;
 use super::support::prom::server::Server;
 use super::support::prom::{self, Series};
@@ -38,7 +40,8 @@ const THRESHOLD: f64 = 0.5;
 const HOST: &str = "eoj-host";
 /// Exports naming the hang before the stalled process is killed.
 const STUCK_EXPORTS: usize = 3;
-/// The Prometheus series of the plugin's export interval.
+/// The plugin's export interval gauge, and its Prometheus series.
+const INTERVAL_METRIC: &str = "nccl.profiler.export.interval";
 const INTERVAL_SERIES: &str = "nccl_profiler_export_interval_seconds";
 
 /// The interval gauge's series of `reqs` for `promtool test rules`, where each export is one
@@ -62,26 +65,24 @@ fn exported_intervals(reqs: &[ExportMetricsServiceRequest]) -> Series {
     series
 }
 
-/// OpenMetrics samples with every interval gauge at an hour: a server that evaluates the rules
-/// at its own clock, after the backfilled exports ended, still counts their processes as live.
-pub fn held_live(openmetrics: &str) -> String {
-    let hour = |line: &str| {
-        let mut words: Vec<&str> = line.rsplitn(3, ' ').collect();
-        words[1] = "3600";
-        words.reverse();
-        words.join(" ")
-    };
-    openmetrics
-        .lines()
-        .map(|l| {
-            if l.starts_with(&format!("{INTERVAL_SERIES}{{")) {
-                hour(l)
-            } else {
-                l.to_owned()
+/// The requests with every interval gauge at an hour: a server that evaluates the rules at its
+/// own clock, after the exports ended, still counts their processes as live.
+pub fn held_live(reqs: &[ExportMetricsServiceRequest]) -> Vec<ExportMetricsServiceRequest> {
+    let mut reqs = reqs.to_vec();
+    let gauges = reqs
+        .iter_mut()
+        .flat_map(|r| &mut r.resource_metrics)
+        .flat_map(|r| &mut r.scope_metrics)
+        .flat_map(|s| &mut s.metrics)
+        .filter(|m| m.name == INTERVAL_METRIC);
+    for m in gauges {
+        if let Some(metric::Data::Gauge(g)) = &mut m.data {
+            for p in &mut g.data_points {
+                p.value = Some(number_data_point::Value::AsDouble(3600.0));
             }
-        })
-        .map(|l| l + "\n")
-        .collect()
+        }
+    }
+    reqs
 }
 
 /// A child killed when dropped (a failing test leaves no stalled process behind).

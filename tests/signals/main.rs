@@ -19,6 +19,11 @@
 //! culprit's member series ended over 5 minutes before; without member series they still fire,
 //! naming the culprit's rank only), and stay silent for (d). Without `promtool` that part is
 //! skipped with a message, unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
+//!
+//! The same scenarios run once more, in a process of their own, with exponential histograms: a
+//! Prometheus with native histograms, fed by remote write, must pass the same server checks with
+//! the native-histogram variants of the rules and dashboard, which a third test keeps equal to
+//! what `support::prom::native` makes of the classic files.
 
 #[path = "../support"]
 mod support {
@@ -33,6 +38,10 @@ mod end_of_job;
 mod hangs;
 mod prometheus;
 
+use nccl_profiler_otel::config::otel::HISTOGRAM_AGGREGATION;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use prometheus::Histograms;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +51,7 @@ use support::emulator::release::{self, Release};
 use support::emulator::{Call, CommSpec, Late, Link, Network, Plugin, Report, Stall, Workload, logger};
 use support::export as sx;
 use support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+use support::process;
 
 const INTERVAL: f64 = 0.25;
 const THRESHOLD: f64 = 1.0;
@@ -189,23 +199,33 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[test]
-fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
-    let _serial = serial();
-    let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
+/// What the scenarios exported, and what they imposed.
+struct Run {
+    reqs: Vec<ExportMetricsServiceRequest>,
+    scenarios: Vec<Scenario>,
+    /// The late scenarios' communicators and delays.
+    lates: Vec<(u64, Late)>,
+    healthy: u64,
+    stalled: u64,
+    slow: u64,
+    /// When rank 1 of the stall stopped posting.
+    began: SystemTime,
+}
+
+/// Runs every scenario, one after the other, on the plugin of this process exporting into `dir`
+/// (removed afterwards) with the variables `extra` too, and reads what it exported.
+///
+/// # Safety
+/// As [`export_to`].
+unsafe fn run(dir: &Path, extra: &[(&str, &str)]) -> Run {
     let resource = format!("service.namespace=signals,host.name={HOST},job.node_name={NODE},job.rank={JOB_RANK}");
-    // SAFETY: the only test of this binary that runs in this process, before its first `init`.
-    let path = unsafe {
-        export_to(
-            &dir,
-            INTERVAL,
-            THRESHOLD,
-            &[
-                ("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1"),
-                ("OTEL_RESOURCE_ATTRIBUTES", &resource),
-            ],
-        )
-    };
+    let vars = [
+        ("NCCL_PROFILER_OTEL_KERNEL_CH_EVERY", "1"),
+        ("OTEL_RESOURCE_ATTRIBUTES", &resource),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().chain(extra).copied().collect();
+    // SAFETY: the caller's promise.
+    let path = unsafe { export_to(dir, INTERVAL, THRESHOLD, &vars) };
     release::set(Release::V2_31_2);
     let p = Plugin::in_process();
     let mut scenarios = Vec::new();
@@ -268,6 +288,29 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     ring("slowlink", slow, 4 << 20, 400, net(5.0).slow_link(1, 2, 4.0)).run(&p);
 
     let reqs = decode(&std::fs::read_to_string(&path).unwrap());
+    p.close();
+    let _ = std::fs::remove_dir_all(dir);
+    Run {
+        reqs,
+        scenarios,
+        lates,
+        healthy,
+        stalled,
+        slow,
+        began,
+    }
+}
+
+#[test]
+fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("nccl-otel-signals-{}", std::process::id()));
+    // Classic histograms whatever the default: the promtool tests and the classic files read buckets.
+    let explicit = [(HISTOGRAM_AGGREGATION, "explicit_bucket_histogram")];
+    // SAFETY: the only test of this binary that runs in this process, before its first `init`.
+    let run = unsafe { run(&dir, &explicit) };
+    let (reqs, scenarios, lates) = (run.reqs, run.scenarios, run.lates);
+    let (healthy, stalled, slow, began) = (run.healthy, run.stalled, run.slow, run.began);
     sx::check_documented(&reqs);
 
     // (d): nothing.
@@ -352,9 +395,51 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
     }
 
     prometheus::promtool(&reqs, &scenarios, &lates, stalled);
-    prometheus::server(&reqs, &scenarios, &lates, stalled, slow);
-    p.close();
-    let _ = std::fs::remove_dir_all(&dir);
+    prometheus::server(&reqs, &scenarios, &lates, stalled, slow, Histograms::Classic);
+}
+
+/// The same scenarios exported as exponential histograms and written into a Prometheus with
+/// native histograms by remote write: the native rules and dashboard pass the classic ones'
+/// server checks (`prometheus::server`). In a process of its own (its histogram setting); skipped
+/// like the classic checks without Prometheus.
+#[test]
+fn native_histograms_serve_the_native_rules_and_dashboard() {
+    let _serial = serial();
+    let name = "native_histograms_serve_the_native_rules_and_dashboard";
+    if !prometheus::have_prometheus() || !process::own_process(module_path!(), name) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("nccl-otel-signals-native-{}", std::process::id()));
+    let exponential = [(HISTOGRAM_AGGREGATION, "base2_exponential_bucket_histogram")];
+    // SAFETY: this test alone runs in this process, before its first `init`.
+    let run = unsafe { run(&dir, &exponential) };
+    let exported = |exponential: bool| {
+        metrics(&run.reqs).iter().any(|m| match m.data {
+            Some(Data::ExponentialHistogram(_)) => exponential,
+            Some(Data::Histogram(_)) => !exponential,
+            _ => false,
+        })
+    };
+    assert!(exported(true) && !exported(false), "histograms not all exponential");
+    let (stalled, slow) = (run.stalled, run.slow);
+    prometheus::server(&run.reqs, &run.scenarios, &run.lates, stalled, slow, Histograms::Native);
+}
+
+/// docs/prometheus/nccl-rules-native.yml and docs/grafana/nccl-dashboard-native.json are what
+/// `support::prom::native` makes of the classic files (`BLESS=1` rewrites them), and promtool
+/// accepts the rules.
+#[test]
+fn native_variants_are_the_classic_files_rewritten() {
+    use support::prom::native;
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let histograms = prometheus::histograms();
+    let rules = native::rules(&read(RULES), &histograms).unwrap_or_else(|e| panic!("{RULES}: {e}"));
+    let path = support::prom::dashboard::PATH;
+    let dashboard = native::dashboard(&read(path), &histograms).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let rules = native::check_or_bless(native::RULES, &rules);
+    let dashboard = native::check_or_bless(native::DASHBOARD, &dashboard);
+    assert!(rules.is_ok() && dashboard.is_ok(), "{rules:?} {dashboard:?}");
+    prometheus::check_rules(native::RULES);
 }
 
 /// docs/prometheus.md lists every metric of docs/metrics.md's catalogue with the names Prometheus

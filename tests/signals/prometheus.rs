@@ -1,6 +1,9 @@
 //! The signals' Prometheus side: `promtool test rules` on each scenario's series, then a real
 //! Prometheus server over all the scenarios' exports (backfilled as OpenMetrics), which evaluates
-//! the rules itself and answers every query of the Grafana dashboard.
+//! the rules itself and answers every query of the Grafana dashboard. The same server checks run
+//! on exports with exponential histograms, written by remote write into a Prometheus with native
+//! histograms, against the native variants of the rules and dashboard (`support::prom::native`;
+//! promtool 2.42 cannot feed native histograms to `promtool test rules`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -9,8 +12,82 @@ use crate::support::emulator::Late;
 use crate::support::export as sx;
 use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
 use crate::support::prom::server::{Row, Server};
-use crate::support::prom::{self, Expect, dashboard};
+use crate::support::prom::{self, Expect, dashboard, native, remote_write};
 use crate::{HOST, JOB, JOB_RANK, NODE, RULES, STEP_SECS, Scenario};
+
+/// How the plugin exported its histograms, and so which rules and dashboard a server check loads
+/// and how the server gets the samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Histograms {
+    /// Explicit buckets: `_bucket`, `_sum` and `_count` series, backfilled as OpenMetrics; the
+    /// classic rules and dashboard.
+    Classic,
+    /// Base-2 exponential: native histograms, by remote write; the native rules and dashboard.
+    Native,
+}
+
+impl Histograms {
+    fn rules(self) -> &'static str {
+        match self {
+            Histograms::Classic => RULES,
+            Histograms::Native => native::RULES,
+        }
+    }
+
+    fn dashboard(self) -> &'static str {
+        match self {
+            Histograms::Classic => dashboard::PATH,
+            Histograms::Native => native::DASHBOARD,
+        }
+    }
+
+    /// A query of this check, written for classic histograms, for these.
+    fn query(self, classic: &str) -> String {
+        match self {
+            Histograms::Classic => classic.to_owned(),
+            Histograms::Native => native::rewrite(classic, &histograms()).unwrap_or_else(|e| panic!("{classic}: {e}")),
+        }
+    }
+
+    /// A Prometheus with the requests' samples and these rules.
+    fn server(self, reqs: &[ExportMetricsServiceRequest]) -> Result<Server, String> {
+        let rules = Path::new(self.rules());
+        match self {
+            Histograms::Classic => Server::start(&prom::openmetrics(reqs), rules),
+            Histograms::Native => {
+                let server = Server::remote_write(rules)?;
+                server
+                    .write(&remote_write::request(reqs))
+                    .map_err(|e| format!("{e}\nprometheus log:\n{}", server.log()))?;
+                Ok(server)
+            }
+        }
+    }
+
+    /// Every Prometheus name the plugin's series can have: the translated series of
+    /// docs/metrics.md's catalogue (a native histogram's under its name alone) and their labels.
+    fn known_names(self) -> BTreeSet<String> {
+        let mut known = BTreeSet::new();
+        for (name, instrument, unit, keys) in sx::catalogue() {
+            if self == Histograms::Native && instrument == "Histogram" {
+                known.insert(prom::translated(&name, &unit, false));
+            } else {
+                known.extend(prom::series_names(&name, &instrument, &unit));
+            }
+            known.extend(sx::expand(&keys).iter().map(|k| k.replace('.', "_")));
+        }
+        known
+    }
+}
+
+/// The Prometheus names of the catalogue's histograms, without suffix.
+pub fn histograms() -> Vec<String> {
+    sx::catalogue()
+        .iter()
+        .filter(|(_, instrument, ..)| instrument == "Histogram")
+        .map(|(name, _, unit, _)| prom::translated(name, unit, false))
+        .collect()
+}
 
 /// The plugin's `service.instance.id`, the `instance` label of its series.
 fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
@@ -176,21 +253,10 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
     }
     let file = std::env::temp_dir().join(format!("nccl-otel-rules-test-{}.yml", std::process::id()));
     std::fs::write(&file, &yaml).unwrap();
-    let check = std::process::Command::new("promtool")
-        .args(["check", "rules", RULES])
-        .output();
-    let Ok(check) = check else {
-        assert!(
-            std::env::var_os("REQUIRE_PROMTOOL").is_none(),
-            "promtool not found (apt-get install prometheus)"
-        );
-        eprintln!(
-            "promtool not found: the rules were not checked (test input: {})",
-            file.display()
-        );
+    if !check_rules(RULES) {
+        eprintln!("the rules were not tested (test input: {})", file.display());
         return;
-    };
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    }
     let test = std::process::Command::new("promtool")
         .args(["test", "rules"])
         .arg(&file)
@@ -236,6 +302,24 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
     let _ = std::fs::remove_file(&file);
 }
 
+/// `promtool check rules` on `path`, which must pass; `false` without promtool (which fails
+/// under `REQUIRE_PROMTOOL`).
+pub fn check_rules(path: &str) -> bool {
+    let Ok(check) = std::process::Command::new("promtool")
+        .args(["check", "rules", path])
+        .output()
+    else {
+        assert!(
+            std::env::var_os("REQUIRE_PROMTOOL").is_none(),
+            "promtool not found (apt-get install prometheus)"
+        );
+        eprintln!("promtool not found: {path} was not checked");
+        return false;
+    };
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    true
+}
+
 /// Labels as owned strings.
 fn own_labels(labels: &[(&str, &str)]) -> Vec<(String, String)> {
     labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
@@ -253,7 +337,7 @@ fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
 
 /// Whether Prometheus and promtool are here; without them the server checks are skipped with a
 /// message, unless `REQUIRE_PROMTOOL` is set (CI).
-pub(super) fn have_prometheus() -> bool {
+pub fn have_prometheus() -> bool {
     let found = ["prometheus", "promtool"].iter().all(|tool| {
         std::process::Command::new(tool)
             .arg("--version")
@@ -296,22 +380,25 @@ fn extreme(rows: &[Row], sign: f64) -> Option<&Row> {
     rows.iter().max_by(|a, b| (sign * a.1).total_cmp(&(sign * b.1)))
 }
 
-/// All scenarios' exports on a real Prometheus: backfilled, the rules evaluated by the server
-/// (every rule healthy; the straggler and slow-link alerts pending on their scenarios, nothing on
-/// the healthy one; the hang alerts' queries name peer 1 and rank 1 at the stall), and every
-/// query of the Grafana dashboard answered with the series each panel should show.
+/// All scenarios' exports on a real Prometheus (backfilled, or by remote write for native
+/// histograms), the rules of `histograms` evaluated by the server (every rule healthy; the
+/// straggler and slow-link alerts pending on their scenarios, nothing on the healthy one; the hang
+/// alerts' queries name peer 1 and rank 1 at the stall), and every query of its Grafana dashboard
+/// answered with the series each panel should show.
 pub fn server(
     reqs: &[ExportMetricsServiceRequest],
     scenarios: &[Scenario],
     lates: &[(u64, Late)],
     stalled: u64,
     slow: u64,
+    histograms: Histograms,
 ) {
     if !have_prometheus() {
         return;
     }
-    let samples = crate::end_of_job::held_live(&prom::openmetrics(reqs));
-    let server = Server::start(&samples, Path::new(RULES)).unwrap_or_else(|e| panic!("{e}"));
+    let server = histograms
+        .server(&crate::end_of_job::held_live(reqs))
+        .unwrap_or_else(|e| panic!("{e}"));
     let fail = |what: String| -> ! { panic!("{what}\nprometheus log:\n{}", server.log()) };
     let hex = |h: u64| format!("{h:#x}");
     let (slow, stalled, healthy) = (hex(slow), hex(stalled), hex(scenarios[0].hash));
@@ -356,7 +443,7 @@ pub fn server(
     let quiet: Vec<_> = alerts.iter().filter(|a| a["nccl_comm_hash"] == healthy).collect();
     assert!(quiet.is_empty(), "alerts on the healthy communicator: {quiet:?}");
     eprintln!(
-        "prometheus: {} rules healthy, {} alerts active",
+        "prometheus ({histograms:?} histograms): {} rules healthy, {} alerts active",
         rules.len(),
         alerts.len()
     );
@@ -379,22 +466,26 @@ pub fn server(
         );
     }
 
-    // The recording rules' series.
+    // The recording rules' series (each group evaluates on its own schedule: samples written
+    // after the server started are in the next evaluation of each).
     for (record, hash) in [
         ("nccl:coll_duration:mean5m", &healthy),
         ("nccl:coll_busbw:rate5m", &slow),
         ("nccl:coll_kernel_busbw:rate5m", &healthy),
         ("nccl:link_bandwidth:median5m", &slow),
     ] {
-        let rows = server
-            .query(&format!("{record}{{nccl_comm_hash=\"{hash}\"}}"), None)
-            .unwrap_or_else(|e| fail(e));
-        assert!(!rows.is_empty(), "{record} of {hash}: no series");
+        eventually(
+            || match server.query(&format!("{record}{{nccl_comm_hash=\"{hash}\"}}"), None)? {
+                rows if rows.is_empty() => Err(format!("{record} of {hash}: no series")),
+                rows => Ok(rows),
+            },
+        )
+        .unwrap_or_else(|e| fail(e));
     }
 
     // The dashboard: every panel's queries, with the links' communicator the slow-link one, on the
     // scenarios' host; on another host, none has data (every query filters by host).
-    let known = known_names();
+    let known = histograms.known_names();
     let vars = |host| {
         [
             ("$__rate_interval", "1m"),
@@ -403,7 +494,8 @@ pub fn server(
             ("$comm", slow.as_str()),
         ]
     };
-    let panels = |host| dashboard::panels(&vars(host)).unwrap_or_else(|e| panic!("{}: {e}", dashboard::PATH));
+    let path = histograms.dashboard();
+    let panels = |host| dashboard::panels(path, &vars(host)).unwrap_or_else(|e| panic!("{path}: {e}"));
     for panel in panels("elsewhere") {
         for q in &panel.queries {
             let rows = server
@@ -429,7 +521,7 @@ pub fn server(
         }
         eprintln!("dashboard: {}: {} series", panel.title, rows.len());
         if panel.title.starts_with("Operations per second") {
-            once_per_collective(&server, &rows);
+            once_per_collective(&server, &rows, histograms);
         }
         let expected = expect(&panel.title, &rows, &slow, &stalled, lates);
         assert!(
@@ -443,9 +535,14 @@ pub fn server(
 
 /// The dashboard's AllReduces per second count each collective once: a third of what the three
 /// ranks of each ring complete together.
-fn once_per_collective(server: &Server, rows: &[Row]) {
+fn once_per_collective(server: &Server, rows: &[Row], histograms: Histograms) {
     let query = format!("sum(rate(nccl_coll_duration_seconds_count{{job=\"{JOB}\", nccl_func=\"AllReduce\"}}[1m]))");
-    let all: f64 = server.query(&query, None).unwrap_or_default().iter().map(|r| r.1).sum();
+    let all: f64 = server
+        .query(&histograms.query(&query), None)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.1)
+        .sum();
     let shown: f64 = rows
         .iter()
         .filter(|r| r.0.get("nccl_func").is_some_and(|f| f == "AllReduce"))
@@ -559,17 +656,6 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
         }
         _ => Err("no expectation for this panel in tests/signals/prometheus.rs".to_owned()),
     }
-}
-
-/// Every Prometheus name the plugin's series can have: the translated series of docs/metrics.md's
-/// catalogue and their labels.
-fn known_names() -> BTreeSet<String> {
-    let mut known = BTreeSet::new();
-    for (name, instrument, unit, keys) in sx::catalogue() {
-        known.extend(prom::series_names(&name, &instrument, &unit));
-        known.extend(sx::expand(&keys).iter().map(|k| k.replace('.', "_")));
-    }
-    known
 }
 
 /// The `nccl_…` names a query reads (metrics and labels; recording rules are `nccl:…`).

@@ -1,6 +1,6 @@
-//! The Grafana dashboard of `docs/grafana`: its JSON checked for what Grafana needs to import
-//! and draw it, and its queries, with the template variables replaced, to run on a real
-//! Prometheus (`server`).
+//! The Grafana dashboards of `docs/grafana` (the classic one and its native-histogram variant):
+//! the JSON checked for what Grafana needs to import and draw it, and the queries, with the
+//! template variables replaced, to run on a real Prometheus (`server`).
 
 use std::collections::BTreeSet;
 
@@ -17,11 +17,11 @@ pub struct Panel {
 /// The dashboard's panels, after checking its JSON: a unique uid and title, the `datasource`,
 /// `job`, `host` and `comm` variables, panels of known types with unique ids inside the 24-column grid,
 /// each on the `${datasource}` variable with at least one target of a distinct `refId`, and
-/// queries that use no variable beyond those and `$__rate_interval`. `vars` replaces the
-/// variables in the queries: (`$name`, value).
-pub fn panels(vars: &[(&str, &str)]) -> Result<Vec<Panel>, String> {
-    let text = std::fs::read_to_string(PATH).map_err(|e| format!("{PATH}: {e}"))?;
-    let dash: Value = serde_json::from_str(&text).map_err(|e| format!("{PATH}: {e}"))?;
+/// queries that use no variable beyond those and `$__rate_interval`, of the dashboard at `path`.
+/// `vars` replaces the variables in the queries: (`$name`, value).
+pub fn panels(path: &str, vars: &[(&str, &str)]) -> Result<Vec<Panel>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let dash: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
     let field = |v: &Value, k: &str| v[k].as_str().map(str::to_owned).ok_or(format!("no {k} in {v}"));
     field(&dash, "uid")?;
     field(&dash, "title")?;

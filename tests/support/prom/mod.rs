@@ -10,11 +10,17 @@
 //! become `_bucket{le}` (cumulative), `_sum` and `_count`; `service.namespace/service.name` (or
 //! `service.name` alone) becomes the `job` label and `service.instance.id` the `instance` label.
 //! Each export request is one step: of the test's interval for `promtool test rules`, at its
-//! collection time in OpenMetrics for a real server (`server`).
+//! collection time in OpenMetrics for a real server (`server`). Exponential histograms become
+//! native histograms only on the way to a server by remote write (`remote_write`), for the
+//! native-histogram variants of the rules and dashboard (`native`).
 
 // The test harness's (the `testing` feature): `nccl_report` includes only the translation.
 #[cfg(feature = "testing")]
 pub mod dashboard;
+#[cfg(feature = "testing")]
+pub mod native;
+#[cfg(feature = "testing")]
+pub mod remote_write;
 #[cfg(feature = "testing")]
 pub mod server;
 
@@ -90,7 +96,7 @@ pub fn collected(req: &ExportMetricsServiceRequest) -> SystemTime {
 
 /// The labels of a point: its attributes, and `job` (`service.namespace/service.name`) and
 /// `instance` from the resource's.
-fn labels(resource: &[KeyValue], attrs: &[KeyValue], extra: Option<(&str, String)>) -> BTreeMap<String, String> {
+pub fn labels(resource: &[KeyValue], attrs: &[KeyValue], extra: Option<(&str, String)>) -> BTreeMap<String, String> {
     let mut l: BTreeMap<String, String> = rx::attrs(attrs)
         .into_iter()
         .map(|(k, v)| (k.replace('.', "_"), v))
@@ -120,9 +126,20 @@ pub fn selector(name: &str, labels: &BTreeMap<String, String>) -> String {
 pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -> bool) -> Series {
     let mut out = Series::new();
     let steps = reqs.len();
-    let mut put = |key: String, step: usize, v: f64| {
-        out.entry(key).or_insert_with(|| vec![None; steps])[step] = Some(v);
-    };
+    samples(reqs, keep, |step, name, labels, v| {
+        out.entry(selector(name, &labels)).or_insert_with(|| vec![None; steps])[step] = Some(v);
+    });
+    out
+}
+
+/// Calls `put` with every float sample of the points `keep` accepts (by attributes): the index
+/// of its request, its series' name and labels, and its value. Exponential histograms have none
+/// (`remote_write` makes them native histograms).
+pub fn samples(
+    reqs: &[ExportMetricsServiceRequest],
+    keep: impl Fn(&[KeyValue]) -> bool,
+    mut put: impl FnMut(usize, &str, BTreeMap<String, String>, f64),
+) {
     for (step, req) in reqs.iter().enumerate() {
         for rm in &req.resource_metrics {
             let resource = rm.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
@@ -135,11 +152,7 @@ pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -
                 };
                 for (name, p) in numbers.iter().flat_map(|(n, ps)| ps.iter().map(move |p| (n, p))) {
                     if keep(&p.attributes) {
-                        put(
-                            selector(name, &labels(resource, &p.attributes, None)),
-                            step,
-                            number(p.value),
-                        );
+                        put(step, name, labels(resource, &p.attributes, None), number(p.value));
                     }
                 }
                 let Some(metric::Data::Histogram(h)) = &m.data else {
@@ -147,20 +160,19 @@ pub fn series(reqs: &[ExportMetricsServiceRequest], keep: impl Fn(&[KeyValue]) -
                 };
                 for p in h.data_points.iter().filter(|p| keep(&p.attributes)) {
                     let l = labels(resource, &p.attributes, None);
-                    put(selector(&format!("{base}_count"), &l), step, p.count as f64);
-                    put(selector(&format!("{base}_sum"), &l), step, p.sum.unwrap_or(0.0));
+                    put(step, &format!("{base}_count"), l.clone(), p.count as f64);
+                    put(step, &format!("{base}_sum"), l, p.sum.unwrap_or(0.0));
                     let mut cumulative = 0;
                     let bounds = p.explicit_bounds.iter().map(|b| b.to_string()).chain(["+Inf".into()]);
                     for (le, n) in bounds.zip(&p.bucket_counts) {
                         cumulative += n;
                         let l = labels(resource, &p.attributes, Some(("le", le)));
-                        put(selector(&format!("{base}_bucket"), &l), step, cumulative as f64);
+                        put(step, &format!("{base}_bucket"), l, cumulative as f64);
                     }
                 }
             }
         }
     }
-    out
 }
 
 /// The requests' samples in the OpenMetrics text format, each at its request's collection time,

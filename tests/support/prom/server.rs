@@ -1,7 +1,8 @@
 //! A real Prometheus server over backfilled samples: `promtool tsdb create-blocks-from
 //! openmetrics` writes the samples into a fresh data directory, `prometheus` serves it on a
 //! loopback port and evaluates the rule files (every second) from its start. Queries go through
-//! its HTTP API. Dropping the server stops it and removes the directory.
+//! its HTTP API. Or a server with native histograms that receives its samples by remote write
+//! (`remote_write`). Dropping the server stops it and removes the directory.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+
+use super::remote_write::WriteRequest;
 
 /// One series of a query's result: its labels and value.
 pub type Row = (BTreeMap<String, String>, f64);
@@ -23,9 +26,7 @@ impl Server {
     /// Backfills `openmetrics` and starts Prometheus on it with `rules`; `Err` says which step
     /// failed (with the tool's output), or that the tools are missing.
     pub fn start(openmetrics: &str, rules: &Path) -> Result<Server, String> {
-        let dir = std::env::temp_dir().join(format!("nccl-otel-prometheus-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("data")).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = fresh_dir()?;
         let input = dir.join("samples.om");
         std::fs::write(&input, openmetrics).map_err(|e| e.to_string())?;
         let backfill = Command::new("promtool")
@@ -42,6 +43,26 @@ impl Server {
                 String::from_utf8_lossy(&backfill.stderr)
             ));
         }
+        Server::launch(dir, rules, &[])
+    }
+
+    /// Starts Prometheus on an empty data directory with `rules`, native histograms on and the
+    /// remote-write receiver open ([`Server::write`]).
+    pub fn remote_write(rules: &Path) -> Result<Server, String> {
+        let flags = [
+            "--enable-feature=native-histograms",
+            "--web.enable-remote-write-receiver",
+        ];
+        Server::launch(fresh_dir()?, rules, &flags)
+    }
+
+    /// Sends `request` to the server's remote-write receiver.
+    pub fn write(&self, request: &WriteRequest) -> Result<(), String> {
+        super::remote_write::send(&format!("{}/api/v1/write", self.url), request)
+    }
+
+    /// Starts `prometheus` with `flags` on `dir`'s data directory, evaluating `rules`.
+    fn launch(dir: PathBuf, rules: &Path, flags: &[&str]) -> Result<Server, String> {
         let config = dir.join("prometheus.yml");
         let yaml = format!(
             "global:\n  evaluation_interval: 1s\nrule_files:\n  - {}\n",
@@ -57,6 +78,7 @@ impl Server {
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -144,6 +166,14 @@ impl Server {
         let alerts = data["alerts"].as_array().cloned().unwrap_or_default();
         Ok(alerts.iter().map(|a| labels(&a["labels"])).collect())
     }
+}
+
+/// A fresh directory of this process for a server, with an empty `data` directory.
+fn fresh_dir() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("nccl-otel-prometheus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
 }
 
 impl Drop for Server {
