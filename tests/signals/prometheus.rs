@@ -607,7 +607,8 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
         t if t.starts_with("Link latency missing") => ok(
             !rows.is_empty()
                 && rows.iter().all(|r| {
-                    ["no_idle_transfer", "one_size", "no_fit", "shed"].contains(&r.0["nccl_reason"].as_str()) && r.1 >= 0.0
+                    ["no_idle_transfer", "one_size", "no_fit", "shed"].contains(&r.0["nccl_reason"].as_str())
+                        && r.1 >= 0.0
                 }),
             "intervals without latency, by a known reason",
         ),
