@@ -222,6 +222,17 @@ impl Capture {
         *self.0.lock().expect("capture") = None;
     }
 
+    /// Waits for the telemetry pass running now to end (at most 0.5 s: with no communicator live
+    /// the thread sleeps after it): it hands the windows it processed to the sinks after
+    /// releasing their communicator, so a `finalize` can return before a window processed just
+    /// before it reaches the capture.
+    fn settle() {
+        let (pass, start) = (telemetry::passes(), Instant::now());
+        while telemetry::passes() == pass && start.elapsed() < Duration::from_millis(500) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// What the plugin made of the communicator with `hash`.
     pub fn seen(&self, hash: u64) -> Seen {
         self.seen_rank(hash, None)
@@ -229,6 +240,7 @@ impl Capture {
 
     /// What the plugin made of the communicator with `hash`, of rank `rank` only when given.
     pub fn seen_rank(&self, hash: u64, rank: Option<i32>) -> Seen {
+        Capture::settle();
         let mut s = Seen::default();
         let mine = |w: &&WindowSummary| w.comm.hash == hash && rank.is_none_or(|r| w.comm.rank == r);
         for w in self.0.lock().expect("capture").iter().flatten().filter(mine) {
