@@ -23,7 +23,9 @@
 //!   was lost, cannot make it hold). A progressing receive op that has not stopped and holds no
 //!   such data is waiting for data from its peer.
 //! - Hang: the oldest operation with an open child and no progress for the threshold; one
-//!   episode until it progresses or completes.
+//!   episode until it progresses or completes. A send op without any step posted says its proxy
+//!   stopped once the communicator's ops have been seen posting steps and the op was recorded
+//!   with its steps (not shed): else the plugin cannot tell (no step events).
 //!
 //! Pure: the caller passes the time. Called on: the telemetry thread (or `finalize`).
 #![forbid(unsafe_code)]
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use super::bandwidth::coll_size;
 use super::lifetime::Life;
+use crate::record::handle::Handle;
 use crate::record::{Body, Func, Mark, Record};
 
 /// How long an operation may go without a child that tells its completion before it is no longer
@@ -199,6 +202,9 @@ struct Op {
     /// ABI v1–v3 receive op: transfers posted and received so far (RecvPosted, RecvReceived).
     posted: i32,
     received: i32,
+    /// Its steps are recorded: the communicator's ops post steps (ProxyStep in the mask, a
+    /// release that has them) and it was not recorded bare (detail shed).
+    stepped: bool,
 }
 
 const POSTED: usize = 0;
@@ -225,6 +231,8 @@ pub struct Flight {
     episodes: u64,
     /// For nccl-tests' sizes (0 when unknown).
     nranks: i32,
+    /// A send step of this communicator has been read.
+    step_events: bool,
 }
 
 impl Flight {
@@ -262,11 +270,13 @@ impl Flight {
                 now,
             ),
             Body::ProxyOp(o) if self.roots.contains_key(&o.parent) => {
+                let bare = Handle::decode(id).is_some_and(|h| h.kind() != h.kind().base());
                 let op = Op {
                     root: o.parent,
                     peer: o.peer,
                     channel: o.channel,
                     send: o.send,
+                    stepped: self.step_events && !bare,
                     ..Op::default()
                 };
                 self.ops.insert(id, op);
@@ -275,6 +285,7 @@ impl Flight {
             Body::InProgress => self.read_op(id, &r.body),
             Body::ProxyStep { parent, .. } => {
                 if let Some(op) = self.ops.get_mut(&parent) {
+                    self.step_events = true;
                     op.steps += 1;
                     op.at[POSTED] = op.at[POSTED].saturating_add(1);
                     self.steps.insert(id, (parent, POSTED));
@@ -533,8 +544,8 @@ fn wait(send: Option<&Op>, recv: Option<&Op>, kernel: bool) -> Option<(Wait, Opt
     Some(match send {
         Some(s) if s.at[SENT] > 0 || s.on_net > 0 => (Wait::Network, Some(s.peer)),
         Some(s) if s.at[PEER_WAIT] > 0 || s.fifo_wait => (Wait::Peer, Some(s.peer)),
-        Some(s) if s.steps == 0 && !awaited => (Wait::Unknown, None),
-        Some(s) if s.steps > 0 && s.at[POSTED] == 0 => (Wait::Proxy, None),
+        Some(s) if s.steps == 0 && !awaited && !s.stepped => (Wait::Unknown, None),
+        Some(s) if s.at[POSTED] == 0 && (s.steps > 0 || s.stepped) => (Wait::Proxy, None),
         _ if gpu_holds => (Wait::Gpu, None),
         Some(_) if from.is_some() => (Wait::Recv, from),
         Some(_) => (Wait::Gpu, None),

@@ -9,7 +9,7 @@
 
 #[cfg(any(test, feature = "testing"))]
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::shed::{Controller, SLOT_BYTES, Signals};
@@ -26,6 +26,15 @@ use crate::record::{Body, CommMeta, Record};
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
 /// published it; the record is then counted as unpublished and the window drains later.
 const PUBLISH_WAIT: Duration = Duration::from_millis(10);
+
+/// A hang episode started on some communicator since [`take_hang_started`] last looked.
+static HANG_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a hang episode started since the last call: the telemetry thread exports at once
+/// then, so that the hang reaches the collector without waiting for the end of the interval.
+pub fn take_hang_started() -> bool {
+    HANG_STARTED.swap(false, Ordering::Relaxed)
+}
 
 /// Test seam: nanoseconds `process` sleeps per record read ([`set_throttle`]).
 #[cfg(any(test, feature = "testing"))]
@@ -214,6 +223,7 @@ impl Comm {
         }
         let threshold = c.hang;
         if let Some(hang) = c.open.flight.check(now, threshold) {
+            HANG_STARTED.store(true, Ordering::Relaxed);
             self.learn_identity(&mut c);
             let m = &c.meta;
             // ABI v1–v3 never tell the communicator's size.

@@ -38,6 +38,7 @@ mod tests;
 pub(crate) use registry::TESTS;
 #[cfg(any(test, feature = "testing"))]
 pub use consumer::set_throttle;
+pub use consumer::take_hang_started;
 #[cfg(any(test, feature = "testing"))]
 pub use registry::get;
 pub use registry::{all, find_by_hash_tag, get_context, get_slot, register};

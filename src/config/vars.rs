@@ -110,7 +110,7 @@ variables! {
               wait in a collective) does.",
         valid: "decimal seconds, `0.1` to `86400`",
         default_note: "",
-        fallback: Value(|c| c.hang_threshold = std::time::Duration::from_secs(30)),
+        fallback: Value(|c| c.hang_threshold = std::time::Duration::from_secs(5)),
         set: |c, s| secs_in(s, 0.1..=86400.0).map(|v| c.hang_threshold = v),
         show: |c| show_secs(c.hang_threshold),
         rejected: "0.05",

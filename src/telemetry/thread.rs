@@ -85,7 +85,7 @@ fn run(build: Option<BuildPipeline>) {
         #[cfg(any(test, feature = "testing"))]
         PASSES.fetch_add(1, Ordering::Relaxed);
         let mut seq = None;
-        let started = Instant::now();
+        let cpu = clock::thread_cpu();
         let pass = catch_unwind(AssertUnwindSafe(|| {
             let now = Instant::now();
             activation::tick(SystemTime::now());
@@ -114,12 +114,13 @@ fn run(build: Option<BuildPipeline>) {
                     sink::to_sinks(&own);
                 }
             }
-            seq = record(own, request.is_some());
+            // A hang that started in this pass is exported at once, not at the interval's end.
+            seq = record(own, request.is_some() || comm::take_hang_started());
         }));
         if pass.is_err() {
             STATS.panics.incr();
         }
-        load.worked(started, Instant::now());
+        load.worked(clock::thread_cpu().saturating_sub(cpu), Instant::now());
         match request {
             Some(r) => flush::serve(r, seq),
             // The latest interval export counts (an earlier one may have failed).
@@ -153,7 +154,9 @@ fn poll_all(now: Instant, load: f64) -> (bool, Vec<WindowSummary>) {
 /// How long the thread's busy fraction is measured over.
 const LOAD_SPAN: Duration = Duration::from_millis(100);
 
-/// The fraction of wall time the thread spends in its passes, over the last whole [`LOAD_SPAN`].
+/// The fraction of wall time the thread spends working in its passes (its CPU time: a host whose
+/// other threads keep this one waiting for a core does not make it busy; a backlog of windows
+/// says when it falls behind), over the last whole [`LOAD_SPAN`].
 struct Load {
     since: Instant,
     work: Duration,
@@ -174,9 +177,9 @@ impl Load {
         self.last
     }
 
-    /// Counts a pass from `start` to `end`; a span that ended closes.
-    fn worked(&mut self, start: Instant, end: Instant) {
-        self.work += end.saturating_duration_since(start);
+    /// Counts a pass that ended at `end` and took `work` of CPU time; a span that ended closes.
+    fn worked(&mut self, work: Duration, end: Instant) {
+        self.work += work;
         let span = end.saturating_duration_since(self.since);
         if span >= LOAD_SPAN {
             self.last = (self.work.as_secs_f64() / span.as_secs_f64()).min(1.0);
@@ -294,13 +297,13 @@ mod tests {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
         let mut load = Load::new(t0);
-        load.worked(t0, t0 + ms(30));
+        load.worked(ms(30), t0 + ms(30));
         assert_eq!(load.busy(), 0.0, "no whole span yet");
-        load.worked(t0 + ms(60), t0 + ms(100));
+        load.worked(ms(40), t0 + ms(100));
         assert!((load.busy() - 0.7).abs() < 1e-9, "{}", load.busy());
-        load.worked(t0 + ms(150), t0 + ms(200));
+        load.worked(ms(50), t0 + ms(200));
         assert!((load.busy() - 0.5).abs() < 1e-9, "{}", load.busy());
-        load.worked(t0 + ms(200), t0 + ms(500));
+        load.worked(ms(300), t0 + ms(500));
         assert_eq!(load.busy(), 1.0, "a pass longer than the span");
     }
 }

@@ -3,7 +3,7 @@
 //! than two export intervals plus one evaluation interval. Three processes of one job (children
 //! of this test, one emulated three-rank ring each): a late rank 2 (`NcclStraggler`) and a slow
 //! link 1 → 2 (`NcclSlowLink`), both finalized and exited (their last exports say so: interval
-//! 0), and rank 1 stopped in the middle of an AllReduce (`NcclHang`, `NcclRankStuck`), killed
+//! 0), and rank 1 stopped in the middle of an AllReduce (`NcclRankHung`), killed
 //! with SIGKILL while its ranks report the hang. Then:
 //! - `promtool test rules` on each process's series, one step of [`STEP_SECS`] per export (the
 //!   interval gauge read as that step): the finalized processes' alerts fire at their last live
@@ -171,7 +171,7 @@ fn child() {
 const ALERTS: [(&str, &[(&str, &str)]); 3] = [
     ("late", &[("NcclStraggler", "2")]),
     ("slow", &[("NcclSlowLink", "1")]),
-    ("stall", &[("NcclHang", "1"), ("NcclRankStuck", "1")]),
+    ("stall", &[("NcclRankHung", "1")]),
 ];
 
 /// The series the rules read, of one process.

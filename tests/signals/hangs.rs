@@ -3,7 +3,7 @@
 //! threshold per process); the parent reads its output, where NCCL 2.23–2.26 (no logger) get
 //! the plugin's WARN lines:
 //! - (e) rank 1's GPU stops while the data of its receives arrived (NCCL 2.30.7): rank 1 reports
-//!   `gpu` with no peer (NcclRankStuck), rank 2, which receives from it, `recv` from 1; nobody
+//!   `gpu` with no peer (NcclRankHung), rank 2, which receives from it, `recv` from 1; nobody
 //!   else reports itself stuck;
 //! - (f) rank 1 stops posting its receives on NCCL 2.23.4, 2.25.1 and 2.26.6, where the rank
 //!   sending to it sees SendRemFifoWait repeats: rank 0 reports `peer` 1, rank 2 `recv` 1 (from its
@@ -141,7 +141,7 @@ fn child() {
         );
         assert_eq!(episodes(&reqs, HASH, rank), 1.0, "{case}: rank {rank}");
     }
-    // Only the stuck rank says it is stuck itself (the NcclRankStuck waits).
+    // Only the stuck rank says it is stuck itself (the waits NcclRankHung reads).
     for rank in [0, 2] {
         let own = series(&reqs, "nccl.progress.hang.stuck", HASH, rank);
         assert!(

@@ -11,6 +11,7 @@ use std::path::Path;
 use crate::support::emulator::Late;
 use crate::support::export as sx;
 use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
+pub use crate::support::prom::server::have_prometheus;
 use crate::support::prom::server::{Row, Server};
 use crate::support::prom::{self, Expect, dashboard, native, remote_write};
 use crate::{HOST, JOB, JOB_RANK, NODE, RULES, STEP_SECS, Scenario};
@@ -146,9 +147,15 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             fired: Vec::new(),
         };
         let all_silent = |step| {
-            ["NcclHang", "NcclRankStuck", "NcclStraggler", "NcclSlowLink"]
-                .into_iter()
-                .map(move |a| none(a, step))
+            [
+                "NcclRankHung",
+                "NcclLinkHung",
+                "NcclRankAbsent",
+                "NcclStraggler",
+                "NcclSlowLink",
+            ]
+            .into_iter()
+            .map(move |a| none(a, step))
         };
         let expect: Vec<Expect> = match s.hash {
             h if h == stalled => {
@@ -160,30 +167,30 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                         stuck > 0.0
                     })
                     .expect("an export during the stall");
-                let mut l = comm(&[("severity", "critical"), ("nccl_peer", "1"), ("culprit_rank", "1")]);
-                let mut r = comm(&[("severity", "critical"), ("nccl_rank", "1"), ("culprit_rank", "1")]);
-                // Without member series: the same alerts, naming the culprit's rank only.
+                // One alert, on the culprit: rank 1, hung where it stopped posting; its
+                // neighbours waiting on it are victims, not alerted on.
+                let mut l = comm(&[("severity", "critical"), ("culprit_rank", "1"), ("nccl_where", "proxy")]);
+                // Without member series: the same alert, naming the culprit's rank only.
                 let mut lone = series.clone();
                 lone.retain(|k, _| !k.starts_with("nccl_comm_member{"));
-                let fired = |l: &BTreeMap<String, String>, r: &BTreeMap<String, String>, at: &str, step: usize| {
-                    let summary = format!("Hang on communicator stall ({hash}), stuck on peer 1{at}");
-                    let rank = format!("Rank 1 of communicator stall ({hash}) is stuck{at}");
-                    [("NcclHang", l.clone(), summary), ("NcclRankStuck", r.clone(), rank)].map(|(alert, l, summary)| {
-                        Expect {
-                            alert,
-                            step,
-                            fired: vec![(l, summary)],
-                        }
-                    })
+                let fired = |l: &BTreeMap<String, String>, at: &str, step: usize| {
+                    let summary = format!("Rank 1 of communicator stall ({hash}) is hung (proxy){at}");
+                    let victims = ["NcclLinkHung", "NcclRankAbsent"].map(|alert| none(alert, step));
+                    let mut e = vec![Expect {
+                        alert: "NcclRankHung",
+                        step,
+                        fired: vec![(l.clone(), summary)],
+                    }];
+                    e.extend(victims);
+                    e
                 };
-                let unjoined = fired(&l, &r, "", step);
+                let unjoined = fired(&l, "", step);
                 prom::test_case(&mut yaml, "(a) stall, no member series", STEP_SECS, &lone, &unjoined);
                 l.extend(own_labels(&culprit("1")));
-                r.extend(own_labels(&culprit("1")));
                 let at = format!(" on host {HOST} (node {NODE})");
                 // A killed culprit: rank 1's member series ends more than Prometheus' 5-minute
                 // lookback before the hang (every other series starts `GAP` steps later); the
-                // alerts still name its host.
+                // alert still names its host.
                 const GAP: usize = 21;
                 let killed: prom::Series = series
                     .iter()
@@ -198,7 +205,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                         (k.clone(), shifted)
                     })
                     .collect();
-                let gone = fired(&l, &r, &at, step + GAP);
+                let gone = fired(&l, &at, step + GAP);
                 prom::test_case(
                     &mut yaml,
                     "(a) stall, the culprit's member series gone",
@@ -206,8 +213,9 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                     &killed,
                     &gone,
                 );
-                let [hang, stuck] = fired(&l, &r, &at, step);
-                vec![hang, stuck, none("NcclStraggler", step)]
+                let mut e = fired(&l, &at, step);
+                e.push(none("NcclStraggler", step));
+                e
             }
             h if lates.iter().any(|(l, _)| *l == h) => {
                 let mut l = comm(&[("severity", "warning"), ("nccl_peer", "2")]);
@@ -220,7 +228,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                         step: last,
                         fired: vec![(l, summary)],
                     },
-                    none("NcclHang", last),
+                    none("NcclRankHung", last),
                     none("NcclSlowLink", last),
                 ]
             }
@@ -243,7 +251,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                         fired: vec![(l, summary)],
                     },
                     none("NcclStraggler", last),
-                    none("NcclHang", last),
+                    none("NcclRankHung", last),
                 ]
             }
             _ => all_silent(last / 2).chain(all_silent(last)).collect(),
@@ -333,25 +341,6 @@ fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
         .flat_map(points)
         .map(|p| p.value)
         .fold(0.0, f64::max)
-}
-
-/// Whether Prometheus and promtool are here; without them the server checks are skipped with a
-/// message, unless `REQUIRE_PROMTOOL` is set (CI).
-pub fn have_prometheus() -> bool {
-    let found = ["prometheus", "promtool"].iter().all(|tool| {
-        std::process::Command::new(tool)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    assert!(
-        found || std::env::var_os("REQUIRE_PROMTOOL").is_none(),
-        "prometheus or promtool not found (apt-get install prometheus)"
-    );
-    if !found {
-        eprintln!("prometheus not found: the dashboard's queries and the rules were not run on a server");
-    }
-    found
 }
 
 /// Polls `check` every 200 ms until it holds or 30 s pass; the last answer either way.
@@ -456,14 +445,18 @@ pub fn server(
         .map(prom::collected)
         .next()
         .expect("an export during the stall");
-    for (alert, label, value) in [("NcclHang", "nccl_peer", "1"), ("NcclRankStuck", "nccl_rank", "1")] {
-        let query = crate::end_of_job::inlined(&rules, alert);
-        let rows = server.query(&query, Some(stuck_at)).unwrap_or_else(|e| fail(e));
-        assert!(
-            rows.iter()
-                .any(|r| has(r, &[("nccl_comm_hash", &stalled), (label, value)]) && has(r, &culprit("1"))),
-            "{alert} at the stall: {rows:?}"
-        );
+    let query = crate::end_of_job::inlined(&rules, "NcclRankHung");
+    let rows = server.query(&query, Some(stuck_at)).unwrap_or_else(|e| fail(e));
+    assert!(
+        rows.iter()
+            .any(|r| has(r, &[("nccl_comm_hash", &stalled), ("nccl_where", "proxy")]) && has(r, &culprit("1"))),
+        "NcclRankHung at the stall: {rows:?}"
+    );
+    for alert in ["NcclLinkHung", "NcclRankAbsent"] {
+        let rows = server
+            .query(&crate::end_of_job::inlined(&rules, alert), Some(stuck_at))
+            .unwrap_or_else(|e| fail(e));
+        assert!(rows.is_empty(), "{alert} at the stall (victims): {rows:?}");
     }
 
     // The recording rules' series (each group evaluates on its own schedule: samples written

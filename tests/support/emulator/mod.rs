@@ -22,6 +22,9 @@
 //!   2.31 KernelCh and KernelPhase come from a profiler thread of their own). Ring
 //!   and tree patterns, Simple/LL/LL128 steps; kernel channels start up to `kernel_skew` after
 //!   the launch, each with its own GPU times.
+//! - [`board`]: couples ranks that different processes emulate (one process per host, the
+//!   culprit benchmark's job, `support::job`): a send waits for its receive to be posted, a
+//!   receive for the data its sender handed to the network, through shared memory.
 //! - [`release`]: the NCCL release it claims to be (`ncclGetVersion`), 2.30.7 unless a test
 //!   sets another.
 //! - [`truth`]: what the emulator itself measured and configured, to compare with what the
@@ -63,6 +66,7 @@
 //! Descriptors are built zeroed, as NCCL's v6 path does.
 #![allow(dead_code)]
 
+pub mod board;
 pub mod logger;
 pub mod net;
 pub mod plugin;
@@ -77,11 +81,11 @@ pub mod truth;
 pub mod workload;
 
 #[allow(unused_imports)]
-pub use net::{Link, Network};
+pub use net::{Degrade, Link, Links, Network};
 #[allow(unused_imports)]
 pub use plugin::{Comm, H, LoadError, Plugin, Version, built_library, cstr, descr, mask, pid, ty};
 #[allow(unused_imports)]
-pub use stall::{GpuStall, Late, Stall};
+pub use stall::{GpuStall, Late, NicHang, Pause, Stall, When};
 #[allow(unused_imports)]
 pub use time::spin;
 #[allow(unused_imports)]

@@ -10,7 +10,7 @@
 //! gpu_bandwidth` on the GPU.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One direction of a rank pair.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,6 +65,47 @@ pub struct Network {
     pub seed: u64,
     /// GPU copy/reduce speed, bytes per second: intra-node work and step production.
     pub gpu_bandwidth: f64,
+    /// Links slower for a while ([`Network::degrade`]).
+    pub degraded: Vec<Degrade>,
+}
+
+/// Links made slower for a while: a link, or every link from or to a node's ranks (its NIC).
+/// An operation planned while it holds runs at the slower speed throughout.
+#[derive(Clone, Copy, Debug)]
+pub struct Degrade {
+    pub links: Links,
+    pub factor: f64,
+    pub from: Instant,
+    pub until: Instant,
+    /// Flapping: slow for the first `.0` of every `.1` from `from` on.
+    pub flap: Option<(Duration, Duration)>,
+}
+
+/// Which links a [`Degrade`] slows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Links {
+    /// `src → dst` (world ranks).
+    One(usize, usize),
+    /// Every link from or to a rank of this node.
+    Node(usize),
+}
+
+impl Degrade {
+    /// Whether it slows `src → dst` of `net` at `t`.
+    fn holds(&self, net: &Network, src: usize, dst: usize, t: Instant) -> bool {
+        let on = match self.flap {
+            _ if t < self.from || t >= self.until => false,
+            Some((on, period)) => {
+                let into = (t - self.from).as_nanos() % period.as_nanos().max(1);
+                into < on.as_nanos()
+            }
+            None => true,
+        };
+        on && match self.links {
+            Links::One(s, d) => (s, d) == (src, dst),
+            Links::Node(n) => net.node(src) == n || net.node(dst) == n,
+        }
+    }
 }
 
 impl Network {
@@ -78,6 +119,7 @@ impl Network {
             jitter: 0.0,
             seed: 0x5eed,
             gpu_bandwidth: 200e9,
+            degraded: Vec::new(),
         }
     }
 
@@ -115,9 +157,20 @@ impl Network {
         self
     }
 
-    /// The configured link `src → dst`.
+    /// Adds `d`: its links are slower while it holds.
+    pub fn degrade(mut self, d: Degrade) -> Network {
+        self.degraded.push(d);
+        self
+    }
+
+    /// The link `src → dst` now: as configured, slower while a [`Degrade`] holds.
     pub fn link(&self, src: usize, dst: usize) -> Link {
-        self.links.get(&(src, dst)).copied().unwrap_or(self.default_link)
+        let link = self.links.get(&(src, dst)).copied().unwrap_or(self.default_link);
+        let now = Instant::now();
+        self.degraded
+            .iter()
+            .filter(|d| d.holds(self, src, dst, now))
+            .fold(link, |l, d| l.slower(d.factor))
     }
 
     pub fn node(&self, rank: usize) -> usize {

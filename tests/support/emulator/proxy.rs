@@ -66,6 +66,14 @@ const OP_RECV_DONE: u32 = 7;
 /// (spec 8.2.2), so that a plugin using absolute values is caught.
 const LEFTOVER: u64 = 0x5EED_0000;
 
+/// When to look again at a step that waits for another rank ([`Held::Unknown`]) since `since`:
+/// after 1 ms at first, then an eighth of the wait so far, at most 20 ms, so that the proxies of
+/// a hung job do not poll all the time.
+fn poll_at(since: Instant, now: Instant) -> Instant {
+    let wait = now.saturating_duration_since(since) / 8;
+    now + wait.clamp(Duration::from_millis(1), Duration::from_millis(20))
+}
+
 /// A transfer ending sooner than this is waited for before any other work.
 const PRECISE_GUARD: Duration = Duration::from_micros(50);
 
@@ -166,6 +174,8 @@ struct Step {
     /// Receive: held by the stall ([`Options::stall`]) before the stalled rank stopped: its
     /// arrival is known (and recorded) only once it did.
     stalled: bool,
+    /// When it was posted.
+    posted: Instant,
 }
 
 struct Op {
@@ -189,6 +199,8 @@ struct Op {
     done: bool,
     /// Send: when the peer was ready for its first step, if it kept it waiting ([`Held`]).
     peer_ready: Option<Instant>,
+    /// The board's number of its first step ([`Options::board`]).
+    first: u64,
 }
 
 struct Kernel {
@@ -280,6 +292,9 @@ pub(crate) struct Proxy<'a> {
     /// v1–v3: the running `transSize` each proxy slot (peer, channel, direction) keeps across
     /// operations, starting from leftovers.
     slot_totals: HashMap<(usize, u8, bool), u64>,
+    /// The board's number of the next op's first step per link direction (peer, channel,
+    /// direction), counted across operations ([`Options::board`]).
+    board_steps: HashMap<(usize, u8, bool), u64>,
 }
 
 // SAFETY: the raw pointers inside are opaque plugin values (context, handles) and a descriptor
@@ -316,6 +331,7 @@ impl<'a> Proxy<'a> {
             profiler: None,
             kernels_posted: 0,
             slot_totals: HashMap::new(),
+            board_steps: HashMap::new(),
             sock: Box::new(SockDescr {
                 ty: 1,
                 fd: 42,
@@ -388,6 +404,9 @@ impl<'a> Proxy<'a> {
         time::precise_thread();
         if self.opts.realtime {
             time::realtime_thread();
+        }
+        if !self.opts.spin {
+            time::sleeping_thread();
         }
         let calls_before = plugin::calls_on_this_thread();
         let mut open = true;
@@ -578,10 +597,11 @@ impl<'a> Proxy<'a> {
                     } else {
                         H::NULL
                     };
-                    let total = *self
-                        .slot_totals
-                        .entry((plan.world_peer, plan.channel, plan.kind == OpKind::Send))
-                        .or_insert(LEFTOVER);
+                    let key = (plan.world_peer, plan.channel, plan.kind == OpKind::Send);
+                    let total = *self.slot_totals.entry(key).or_insert(LEFTOVER);
+                    let next = self.board_steps.entry(key).or_insert(0);
+                    let first = *next;
+                    *next += plan.steps.len() as u64;
                     Op {
                         plan: plan.clone(),
                         handle,
@@ -597,6 +617,7 @@ impl<'a> Proxy<'a> {
                         slice,
                         done: plan.kind == OpKind::Abandoned,
                         peer_ready: None,
+                        first,
                     }
                 })
                 .collect();
@@ -833,7 +854,7 @@ impl<'a> Proxy<'a> {
     }
 
     /// Whether step `k` of `op` in the collective `truth` is held by [`Options::stall`],
-    /// [`Options::gpu_stall`] or [`Options::late`].
+    /// [`Options::gpu_stall`], [`Options::late`] or the peer through [`Options::board`].
     fn held(&self, op: &Op, truth: &CollTruth, k: usize) -> Held {
         let (o, peer, it) = (self.opts, op.plan.world_peer, truth.iteration);
         let recv = op.plan.kind == OpKind::Recv;
@@ -841,11 +862,28 @@ impl<'a> Proxy<'a> {
             o.stall.as_ref().map(|s| s.held(self.world, peer, it, k)),
             o.gpu_stall.as_ref().map(|g| g.held(self.world, peer, it, k, recv)),
             o.late.as_ref().map(|l| l.held(self.world, peer, it)),
+            self.coupled(op, k),
         ]
         .into_iter()
         .flatten()
         .find(|h| *h != Held::No)
         .unwrap_or(Held::No)
+    }
+
+    /// Through [`Options::board`]: a send step waits until the peer posted its receive, a receive
+    /// step until the peer handed its data to the network (then it arrives when the board says).
+    fn coupled(&self, op: &Op, k: usize) -> Option<Held> {
+        let b = self.opts.board.as_ref()?;
+        let (ch, g, me, peer) = (op.plan.channel, op.first + k as u64, self.rank, op.plan.peer);
+        Some(match op.plan.kind {
+            OpKind::Send if b.is_posted(self.hash, ch, me, peer, g) => Held::No,
+            OpKind::Send => Held::Unknown,
+            OpKind::Recv => match b.arrival(self.hash, ch, peer, me, g) {
+                Some(t) => Held::Arrives(t),
+                None => Held::Unknown,
+            },
+            OpKind::Abandoned => Held::No,
+        })
     }
 
     /// When this rank's GPU consumes receive step `k` of the collective `truth`, arrived now, at
@@ -952,6 +990,7 @@ impl<'a> Proxy<'a> {
                     sent: None,
                     consumed: None,
                     stalled: false,
+                    posted: now,
                 });
                 op.started += 1;
             }
@@ -980,6 +1019,9 @@ impl<'a> Proxy<'a> {
                             s.next_peer_wait = s.ready;
                             s.dep = None;
                         }
+                        // Known at once in this process; from another process's rank, when it
+                        // sent it ([`Options::board`]).
+                        None if self.opts.board.is_some() => next.coarse(poll_at(s.posted, now)),
                         None => next.coarse(now + Duration::from_micros(20)),
                     }
                 }
@@ -1006,8 +1048,8 @@ impl<'a> Proxy<'a> {
                     };
                     let accept = match hold {
                         Held::No => accept,
-                        Held::Until(t) => accept.max(t),
-                        Held::Unknown => accept.max(now + Duration::from_millis(1)),
+                        Held::Until(t) | Held::Arrives(t) => accept.max(t),
+                        Held::Unknown => accept.max(poll_at(s.posted, now)),
                     };
                     let peer_wait = s.peer_waits == 0
                         || (now < accept && now >= s.next_peer_wait && s.peer_waits < self.opts.peer_waits);
@@ -1055,7 +1097,15 @@ impl<'a> Proxy<'a> {
                         } else {
                             H::NULL
                         };
-                        let deadline = (end + link.latency.mul_f64(f)).max(ahead.unwrap_or(t0));
+                        let mut deadline = (end + link.latency.mul_f64(f)).max(ahead.unwrap_or(t0));
+                        let peer = op.plan.world_peer;
+                        if let Some(end) = self.opts.nic_hang.and_then(|n| n.completes(self.world, peer, t0)) {
+                            deadline = deadline.max(end);
+                        }
+                        if let Some(b) = &self.opts.board {
+                            let g = op.first + (op.stopped + pos) as u64;
+                            b.sent(self.hash, op.plan.channel, self.rank, op.plan.peer, g, deadline);
+                        }
                         s.sent = Some(Sent {
                             t0,
                             wire: (start, end),
@@ -1123,17 +1173,28 @@ impl<'a> Proxy<'a> {
                 handle = p.proxy_step(op.context, op.handle, self.rank, k as i32);
             }
             self.posted(op, k, [handle, sibling], (OP_RECV_POSTED, ty::RECV_WAIT));
+            if let Some(b) = &self.opts.board {
+                b.post(
+                    self.hash,
+                    op.plan.channel,
+                    op.plan.peer,
+                    self.rank,
+                    op.first + k as u64 + 1,
+                );
+            }
             // Held steps arrive once the stalled rank resumed; in order.
             let stalled = hold == Held::Unknown || op.steps.iter().any(|s| s.stalled);
-            let ready = if stalled {
-                next.coarse(now + Duration::from_millis(1));
-                now + Duration::from_secs(3600)
-            } else {
-                let sent = match hold {
-                    Held::Until(t) => t.max(now),
-                    _ => now,
-                };
-                self.arrive(op, bytes, sent, arrived)
+            let ready = match hold {
+                _ if stalled => {
+                    next.coarse(poll_at(now, now));
+                    now + Duration::from_secs(3600)
+                }
+                Held::Arrives(t) => {
+                    arrived.push(t);
+                    t
+                }
+                Held::Until(t) => self.arrive(op, bytes, t.max(now), arrived),
+                _ => self.arrive(op, bytes, now, arrived),
             };
             op.steps.push_back(Step {
                 handle,
@@ -1146,6 +1207,7 @@ impl<'a> Proxy<'a> {
                 sent: None,
                 consumed: None,
                 stalled,
+                posted: now,
             });
             op.started += 1;
         }
@@ -1232,15 +1294,19 @@ impl<'a> Proxy<'a> {
             if !op.steps[i].stalled {
                 continue;
             }
-            let sent = match self.held(op, truth, op.stopped + i) {
+            let bytes = op.steps[i].bytes;
+            let ready = match self.held(op, truth, op.stopped + i) {
                 Held::Unknown => {
-                    next.coarse(Instant::now() + Duration::from_millis(1));
+                    next.coarse(poll_at(op.steps[i].posted, Instant::now()));
                     return;
                 }
-                Held::Until(t) => t.max(Instant::now()),
-                Held::No => Instant::now(),
+                Held::Arrives(t) => {
+                    arrived.push(t);
+                    t
+                }
+                Held::Until(t) => self.arrive(op, bytes, t.max(Instant::now()), arrived),
+                Held::No => self.arrive(op, bytes, Instant::now(), arrived),
             };
-            let ready = self.arrive(op, op.steps[i].bytes, sent, arrived);
             let s = &mut op.steps[i];
             (s.ready, s.stalled) = (ready, false);
         }

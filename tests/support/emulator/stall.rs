@@ -10,6 +10,12 @@
 //! (RecvGPUWait), but the GPU neither consumes it (no stop) nor produces data to send; the rank
 //! receiving from it gets nothing more. The stuck rank is its own: the truth is [`GpuStall::rank`].
 //!
+//! For a job whose ranks are coupled through a [`Board`] (one process per host), a stall or a GPU
+//! stall can begin at a time instead ([`When::At`]), a rank can be late from a time on
+//! ([`Late::from`]), a rank's NIC can stop ([`NicHang`]) and a rank can stop calling NCCL for a
+//! while or for good ([`Pause`]): the board makes its peers wait, and theirs in turn.
+//!
+//! [`Board`]: super::board::Board
 //! [`Options::stall`]: super::Options::stall
 //! [`Options::late`]: super::Options::late
 //! [`Options::gpu_stall`]: super::Options::gpu_stall
@@ -23,14 +29,35 @@ use std::time::{Duration, Instant, SystemTime};
 pub struct Stall {
     /// World rank that stops posting.
     pub rank: usize,
-    /// The iteration whose collective it stops in.
-    pub iteration: usize,
-    /// Steps of each of its ops in that collective posted before it stops (its later steps, and
-    /// its peers' steps of the same index on the links to and from it, are held).
-    pub after: usize,
+    /// When it stops.
+    pub when: When,
     /// How long it stays stopped.
     pub hold: Duration,
     began: Arc<Mutex<Option<(Instant, SystemTime)>>>,
+}
+
+/// When a [`Stall`] or [`GpuStall`] begins.
+#[derive(Clone, Copy, Debug)]
+pub enum When {
+    /// In the collective of `iteration`, after `after` steps of each of its ops (its later steps,
+    /// and its peers' steps of the same index on the links to and from it, are held).
+    Step { iteration: usize, after: usize },
+    /// At this time, in whatever collective runs then (or the next): every step not posted yet.
+    /// Only the stalled rank's own steps are held; its peers wait on it through the [`Board`]
+    /// of a job whose ranks are coupled.
+    ///
+    /// [`Board`]: super::board::Board
+    At(Instant),
+}
+
+impl When {
+    /// Whether step `k` of the collective of `iteration` is at or past the trigger.
+    fn due(self, iteration: usize, k: usize) -> bool {
+        match self {
+            When::Step { iteration: i, after } => iteration == i && k >= after,
+            When::At(t) => Instant::now() >= t,
+        }
+    }
 }
 
 /// Whether a step is held.
@@ -42,6 +69,9 @@ pub(crate) enum Held {
     /// The rank that holds it has not stopped (entered) yet: its counterpart of this step comes
     /// later.
     Unknown,
+    /// A receive step's data, sent by a rank of another process, arrives at this time
+    /// ([`super::board::Board`]).
+    Arrives(Instant),
 }
 
 /// A rank that enters each collective `delay` late: it waits that long before each iteration's
@@ -51,6 +81,8 @@ pub struct Late {
     /// World rank that is late.
     pub rank: usize,
     pub delay: Duration,
+    /// Late from this time on (`None`: from the start).
+    pub from: Option<Instant>,
     /// When it entered each iteration.
     entered: Arc<Mutex<HashMap<usize, Instant>>>,
     /// The delays it imposed, as measured (a sleep lasts a little longer than asked).
@@ -62,8 +94,17 @@ impl Late {
         Late {
             rank,
             delay,
+            from: None,
             entered: Arc::default(),
             imposed: Arc::default(),
+        }
+    }
+
+    /// Late only in the iterations it enters from `from` on.
+    pub fn from(rank: usize, delay: Duration, from: Instant) -> Late {
+        Late {
+            from: Some(from),
+            ..Late::new(rank, delay)
         }
     }
 
@@ -75,7 +116,9 @@ impl Late {
     /// The late rank's user thread, before issuing iteration `iteration`: waits, then enters.
     pub(crate) fn enter(&self, iteration: usize) {
         let t0 = Instant::now();
-        std::thread::sleep(self.delay);
+        if self.from.is_none_or(|f| t0 >= f) {
+            std::thread::sleep(self.delay);
+        }
         let now = Instant::now();
         self.imposed.lock().unwrap().push(now - t0);
         self.entered.lock().unwrap().insert(iteration, now);
@@ -96,10 +139,18 @@ impl Late {
 
 impl Stall {
     pub fn new(rank: usize, iteration: usize, after: usize, hold: Duration) -> Stall {
+        Stall::when(rank, When::Step { iteration, after }, hold)
+    }
+
+    /// Stops at `at` (see [`When::At`]).
+    pub fn at(rank: usize, at: Instant, hold: Duration) -> Stall {
+        Stall::when(rank, When::At(at), hold)
+    }
+
+    fn when(rank: usize, when: When, hold: Duration) -> Stall {
         Stall {
             rank,
-            iteration,
-            after,
+            when,
             hold,
             began: Arc::default(),
         }
@@ -114,7 +165,8 @@ impl Stall {
     /// the collective of `iteration`, is held now. The stalled rank's own first held step
     /// starts the stall.
     pub(crate) fn held(&self, world: usize, peer: usize, iteration: usize, k: usize) -> Held {
-        if iteration != self.iteration || k < self.after || (world != self.rank && peer != self.rank) {
+        let peers = matches!(self.when, When::Step { .. });
+        if !self.when.due(iteration, k) || (world != self.rank && (!peers || peer != self.rank)) {
             return Held::No;
         }
         let mut began = self.began.lock().unwrap();
@@ -139,6 +191,11 @@ impl GpuStall {
         GpuStall(Stall::new(rank, iteration, after, hold))
     }
 
+    /// Stops at `at` (see [`When::At`]): the first receive step that arrives then.
+    pub fn at(rank: usize, at: Instant, hold: Duration) -> GpuStall {
+        GpuStall(Stall::at(rank, at, hold))
+    }
+
     /// When the GPU stopped (emulator clock and wall clock).
     pub fn began(&self) -> Option<(Instant, SystemTime)> {
         self.0.began()
@@ -149,7 +206,7 @@ impl GpuStall {
     /// stops the GPU.
     pub(crate) fn consumed_after(&self, world: usize, iteration: usize, k: usize) -> Option<Instant> {
         let s = &self.0;
-        if world != s.rank || iteration != s.iteration || k < s.after {
+        if world != s.rank || !s.when.due(iteration, k) {
             return None;
         }
         let mut began = s.began.lock().unwrap();
@@ -161,7 +218,11 @@ impl GpuStall {
     /// it would produce after `since` is ready at `until` at the earliest.
     pub(crate) fn frozen(&self, world: usize, iteration: usize) -> Option<(Instant, Instant)> {
         let s = &self.0;
-        if world != s.rank || iteration != s.iteration {
+        let stalled = match s.when {
+            When::Step { iteration: i, .. } => iteration == i,
+            When::At(_) => true,
+        };
+        if world != s.rank || !stalled {
             return None;
         }
         let (t, _) = s.began()?;
@@ -173,13 +234,53 @@ impl GpuStall {
     /// `after` (which forwards the last data its GPU consumed) until its GPU resumes.
     pub(crate) fn held(&self, world: usize, peer: usize, iteration: usize, k: usize, recv: bool) -> Held {
         let s = &self.0;
-        if !recv || world == s.rank || peer != s.rank || iteration != s.iteration || k <= s.after {
+        let When::Step { iteration: i, after } = s.when else {
+            return Held::No;
+        };
+        if !recv || world == s.rank || peer != s.rank || iteration != i || k <= after {
             return Held::No;
         }
         match s.began() {
             Some((t, _)) if Instant::now() < t + s.hold => Held::Until(t + s.hold),
             Some(_) => Held::No,
             None => Held::Unknown,
+        }
+    }
+}
+
+/// A rank whose NIC stops (a hung network, [`super::Options::nic_hang`]): every transfer from or
+/// to it handed to the network from `at` on completes `hold` after `at` at the earliest. Every
+/// process of a coupled job applies it to its own ranks' transfers.
+#[derive(Clone, Copy, Debug)]
+pub struct NicHang {
+    pub rank: usize,
+    pub at: Instant,
+    pub hold: Duration,
+}
+
+impl NicHang {
+    /// The earliest completion of a transfer `world → peer` handed to the network at `t0`.
+    pub(crate) fn completes(&self, world: usize, peer: usize, t0: Instant) -> Option<Instant> {
+        let end = self.at + self.hold;
+        ((world == self.rank || peer == self.rank) && t0 >= self.at && t0 < end).then_some(end)
+    }
+}
+
+/// A rank that stops calling NCCL between two iterations ([`super::Options::pause`]): a
+/// checkpoint, or for good (an absent rank). Its peers wait in the collective it does not join.
+#[derive(Clone, Copy, Debug)]
+pub struct Pause {
+    pub rank: usize,
+    pub at: Instant,
+    pub hold: Duration,
+}
+
+impl Pause {
+    /// World rank `world` before an iteration: waits out the pause when it is due.
+    pub(crate) fn before_iteration(&self, world: usize) {
+        let now = Instant::now();
+        if world == self.rank && now >= self.at && now < self.at + self.hold {
+            std::thread::sleep(self.at + self.hold - now);
         }
     }
 }

@@ -28,6 +28,13 @@ pub fn precise_thread() {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
 }
 
+/// Makes this thread's precise waits sleep only, never spin: for jobs of more emulated threads
+/// than cores, where spinning would starve the others; a deadline is then met within a sleep's
+/// precision.
+pub fn sleeping_thread() {
+    MARGIN.with(|m| m.set(Duration::ZERO));
+}
+
 /// Asks for real-time (SCHED_FIFO) priority for this thread, so that a busy host does not
 /// preempt it in the middle of a precise wait; returns whether it was granted (root or
 /// CAP_SYS_NICE). The kernel's RT throttling keeps 5 % of each CPU for other threads.

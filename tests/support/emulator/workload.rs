@@ -31,10 +31,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::board::Board;
 use super::net::Network;
 use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr, ty};
 use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
-use super::stall::{GpuStall, Late, Stall};
+use super::stall::{GpuStall, Late, NicHang, Pause, Stall};
 use super::time;
 use super::truth::{CollTruth, Report};
 
@@ -444,6 +445,8 @@ pub struct Options {
     /// Proxy threads ask for real-time priority (granted to root or CAP_SYS_NICE), so a busy
     /// host delays their transfer ends less.
     pub realtime: bool,
+    /// Precise waits end with a spin (`false`: they only sleep, [`time::sleeping_thread`]).
+    pub spin: bool,
     /// Every this many send steps (0: never) the proxy thread is "preempted" between handing
     /// the step to the network and its SendWait callback, which then comes just before the
     /// stop: the plugin sees a transfer far shorter than the network made it (host noise).
@@ -457,6 +460,12 @@ pub struct Options {
     pub late: Option<Late>,
     /// One rank's GPU stops in the middle of one collective for a while.
     pub gpu_stall: Option<GpuStall>,
+    /// One rank's NIC stops for a while.
+    pub nic_hang: Option<NicHang>,
+    /// One rank stops calling NCCL for a while.
+    pub pause: Option<Pause>,
+    /// Couples these ranks with those other processes emulate (see [`Board`]).
+    pub board: Option<Arc<Board>>,
 }
 
 impl Default for Options {
@@ -478,11 +487,15 @@ impl Default for Options {
             gpu_timer_ns: 32,
             kernel_skew: Duration::from_micros(4),
             realtime: true,
+            spin: true,
             preempt_every: 0,
             captured: false,
             stall: None,
             late: None,
             gpu_stall: None,
+            nic_hang: None,
+            pause: None,
+            board: None,
         }
     }
 }
@@ -518,8 +531,10 @@ impl Done {
 
     /// Called on: the thread that created it.
     fn wait_for(&self, n: u64) {
+        // `add` unparks this thread (a token left before the park returns it at once): the
+        // timeout is only a safety net.
         while self.count.load(Ordering::Acquire) < n {
-            std::thread::park_timeout(Duration::from_millis(1));
+            std::thread::park_timeout(Duration::from_millis(50));
         }
     }
 }
@@ -671,6 +686,9 @@ impl Workload {
             // (inside `startEvent`) would blur the collective's start.
             time::realtime_thread();
         }
+        if !self.options.spin {
+            time::sleeping_thread();
+        }
         let calls_before = plugin::calls_on_this_thread();
         let done = Arc::new(Done::new());
         let mut instances = Vec::new();
@@ -703,6 +721,9 @@ impl Workload {
         }
         let mut issued = 0u64;
         for it in 0..self.options.iterations {
+            if let Some(pause) = &self.options.pause {
+                pause.before_iteration(w);
+            }
             if let Some(late) = self.options.late.as_ref().filter(|l| l.rank == w) {
                 late.enter(it);
             }
