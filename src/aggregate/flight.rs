@@ -270,13 +270,12 @@ impl Flight {
                 now,
             ),
             Body::ProxyOp(o) if self.roots.contains_key(&o.parent) => {
-                let bare = Handle::decode(id).is_some_and(|h| h.kind() != h.kind().base());
                 let op = Op {
                     root: o.parent,
                     peer: o.peer,
                     channel: o.channel,
                     send: o.send,
-                    stepped: self.step_events && !bare,
+                    stepped: self.step_events && !Handle::is_bare(id),
                     ..Op::default()
                 };
                 self.ops.insert(id, op);

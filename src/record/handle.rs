@@ -193,6 +193,12 @@ impl Handle {
         Some(Handle { raw: value, kind })
     }
 
+    /// Whether the record with id `value` is a proxy operation recorded bare: without its steps
+    /// (detail shed).
+    pub fn is_bare(value: u64) -> bool {
+        Handle::decode(value).is_some_and(|h| h.kind() != h.kind().base())
+    }
+
     /// Registry slot of the communicator the event belongs to, `< MAX_COMMS`.
     #[inline(always)]
     pub fn comm_slot(self) -> u16 {

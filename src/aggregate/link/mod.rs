@@ -524,7 +524,7 @@ impl<'a> Pass<'a> {
                         self.pxn.push((op.rank, op.origin));
                     }
                     // Recorded without its steps (detail shed): it times its root, no transfers.
-                    let bare = Handle::decode(self.records[i].id).is_some_and(|h| h.kind() != h.kind().base());
+                    let bare = Handle::is_bare(self.records[i].id);
                     self.stats.bare_ops += u64::from(bare);
                     if op.send && !bare {
                         let info = OpInfo {
