@@ -806,9 +806,7 @@ fn check_bus_bandwidth(s: &Setup, report: &Report, sizes: &[u64]) -> Result<usiz
 #[test]
 fn links_under_nccl_pipelining_mean_what_they_say() {
     let (_serial, s) = setup();
-    let net = Network::new(4, 2, Link::new_us(50.0, 2.0))
-        .slow_link(1, 2, 4.0)
-        .with_jitter(0.02);
+    let net = pipelined_net();
     let mut calls: Vec<Call> = [256 << 10, 4 << 20, 8 << 20].map(Call::all_reduce).to_vec();
     calls.extend([64 << 10, 1 << 20, 4 << 20].map(|b| Call::send_recv(2, b)));
     let naive_off = pipelined_links(s, &net, CommSpec::new("pipelined", 0..4).channels(2).calls(calls));
@@ -823,15 +821,38 @@ fn links_under_nccl_pipelining_mean_what_they_say() {
 #[test]
 fn links_under_ll_ll128_and_tree_mean_what_they_say() {
     let (_serial, s) = setup();
-    let net = Network::new(4, 2, Link::new_us(50.0, 2.0))
-        .slow_link(1, 2, 4.0)
-        .with_jitter(0.02);
+    let net = pipelined_net();
     let mut calls: Vec<Call> = [256 << 10, 4 << 20, 8 << 20]
         .map(|b| Call::all_reduce(b).proto(Proto::Ll128))
         .to_vec();
     calls.extend([64 << 10, 512 << 10].map(|b| Call::all_reduce(b + 4096).proto(Proto::Ll)));
     calls.extend([256 << 10, 4 << 20].map(|b| Call::all_reduce(b + 8192).tree()));
     pipelined_links(s, &net, CommSpec::new("protocols", 0..4).channels(2).calls(calls));
+}
+
+/// A NIC shared with a slow link: rank 1's ring link to rank 2 is four times slower, and each
+/// AlltoAll, issued right behind an AllReduce, queues rank 1's transfers to ranks 2 and 3 behind
+/// the ring's slow ones on the same wire. The healthy link 1 → 3 keeps its own wire's rate (a
+/// rate over every queued transfer's gap reads the slow link's wire time as its own), as every
+/// other link does.
+#[test]
+fn a_link_sharing_its_nic_with_a_slow_one_keeps_its_own_rate() {
+    let (_serial, s) = setup();
+    let net = pipelined_net();
+    let calls = [
+        Call::all_reduce(8 << 20),
+        Call::all_to_all(1 << 20),
+        Call::all_to_all(4 << 20),
+    ];
+    pipelined_links(s, &net, CommSpec::new("shared-nic", 0..4).channels(2).calls(calls));
+}
+
+/// The pipelining tests' network: 4 ranks on 2 nodes, links of 50 µs and 2 GB/s with 2 % jitter,
+/// link 1 → 2 four times slower.
+fn pipelined_net() -> Network {
+    Network::new(4, 2, Link::new_us(50.0, 2.0))
+        .slow_link(1, 2, 4.0)
+        .with_jitter(0.02)
 }
 
 /// Runs `spec` one rank at a time (3 iterations, again after a host stall) and checks its links

@@ -8,9 +8,9 @@
 //! the wire with it (a NIC serving several queues at once) can still lengthen an idle transfer:
 //! a latency from idle transfers is an upper bound. A queued transfer in whose gap (the previous
 //! completion of its link → its own) no other transfer of the process completed is **clean**:
-//! its bytes alone went over the wire in the gap, so the clean ones give the wire's own rate, which
-//! the idle transfers' latency is computed at (a rate mixing in other links' transfers queued on
-//! the same NIC would be too low).
+//! its bytes alone went over the wire in the gap, so the clean ones give the wire's own rate: the
+//! link's bandwidth, and the rate the idle transfers' latency is computed at (a rate mixing in
+//! other links' transfers queued on the same NIC would be too low).
 //!
 //! Memory stays bounded under any traffic: time is cut into slots of 2^20 clock ticks (about a
 //! millisecond) and an interval keeps candidates (openers, gaps) from 1 in 2^k slots only, with
@@ -33,6 +33,10 @@ const SLOT_BITS: u32 = 20;
 
 /// Most slots a busy period is looked through for a sampled one; a longer one is kept.
 const SLOT_SCAN: u64 = 64;
+
+/// Most slots a queued transfer's gap may start before the one it ends in to be checked (a
+/// degraded link's 512 KiB steps take milliseconds on the wire).
+const GAP_SLOTS: u64 = 8;
 
 /// The largest k (1 in 2^k slots sampled).
 const MAX_THIN: u32 = 24;
@@ -75,8 +79,8 @@ impl Timeline {
         };
         let before = (self.spans.len(), self.stops.len());
         self.spans.extend(spans.iter().filter(|s| needed(s)));
-        // A gap ends in a sampled slot and starts at most one slot before.
-        let near = |&x: &u64| sampled(slot(x), thin) || sampled(slot(x) + 1, thin);
+        // A gap ends in a sampled slot and starts at most GAP_SLOTS before.
+        let near = |&x: &u64| (0..=GAP_SLOTS).any(|k| sampled(slot(x) + k, thin));
         self.stops.extend(stops.iter().filter(|x| near(x)));
         if self.spans.len() > MAX_SPANS || self.stops.len() > MAX_SPANS {
             self.overflow = true;
@@ -90,9 +94,9 @@ impl Timeline {
 
     /// Whether a candidate from `from` to `to` (an opener: its SendWait twice; a gap: the
     /// previous completion and its stop) is in a slot both this interval and the one before
-    /// sampled, with `from` in that slot or the one before.
+    /// sampled, with `from` in that slot or at most [`GAP_SLOTS`] before.
     pub fn candidate(&self, from: u64, to: u64) -> bool {
-        sampled(slot(to), self.thin.max(self.earlier_thin)) && slot(from) + 1 >= slot(to)
+        sampled(slot(to), self.thin.max(self.earlier_thin)) && slot(from) + GAP_SLOTS >= slot(to)
     }
 
     /// Ends the interval: the check of its candidates; its periods and stops are kept for the
@@ -188,7 +192,7 @@ mod tests {
             ..Timeline::default()
         };
         let at = |s: u64| s << SLOT_BITS;
-        let yes = (3..256).find(|&s| sampled(s, 3) && !sampled(s - 1, 3)).unwrap();
+        let yes = (GAP_SLOTS + 2..256).find(|&s| sampled(s, 3) && !sampled(s - 1, 3)).unwrap();
         let no = yes - 1;
         assert!((0..4096).filter(|&s| sampled(s, 4)).all(|s| sampled(s, 3)));
         let n = (0..4096).filter(|&s| sampled(s, 3)).count();
@@ -196,7 +200,8 @@ mod tests {
         t.add(&[(at(yes), at(yes) + 10), (at(no), at(no) + 10), (at(no), at(yes) + 5)], &[at(yes) + 2, at(no)]);
         assert_eq!((t.spans.len(), t.stops.len()), (2, 2), "all but the period of slot `no` alone");
         assert!(t.candidate(at(yes), at(yes)) && !t.candidate(at(no), at(no)));
-        assert!(!t.candidate(at(yes) - at(3), at(yes)), "a gap reaching two slots back");
+        assert!(t.candidate(at(yes) - at(GAP_SLOTS), at(yes)), "a gap from GAP_SLOTS back");
+        assert!(!t.candidate(at(yes) - at(GAP_SLOTS + 1), at(yes)), "and one from further");
         let c = t.close();
         assert!(!c.idle(at(yes)), "a period from an unsampled slot was in flight");
         assert!(!c.clean(at(yes), at(yes) + 5), "a completion in between");

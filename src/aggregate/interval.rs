@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
 use super::idle::Timeline;
-use super::queue::{Gap, Opener, Queue, Rate};
+use super::queue::{Gap, Opener, Queue};
 use super::regression::{Mode, Samples};
 use super::service::{Order, Split};
 use super::summary::{CollKey, WindowSummary};
@@ -186,12 +186,7 @@ impl Interval {
                     self.channels.entry(key).or_default().push(o.bytes, o.secs);
                 }
                 for g in link.gaps.iter().filter(|g| check.clean(g.after, g.stop)) {
-                    let one = Rate {
-                        bytes: g.bytes,
-                        secs: g.secs,
-                        n: 1,
-                    };
-                    link.queue.alone.merge(&one);
+                    link.queue.clean.add(g);
                 }
                 let mut fit = link.queue.fit(link.bytes, link.transfers, mode);
                 if shed {

@@ -7,10 +7,12 @@
 //!   communicator or window) was in flight at its SendWait either ([`super::idle`]);
 //! - otherwise **waited** behind the link's earlier transfers until the latest of them completed;
 //! - was **queued** when it was handed over more than the wire latency before that completion:
-//!   the wire was still busy, so it completes after the previous completion by exactly the time
-//!   the wire took its bytes (a low percentile of the opening transfers' times bounds the latency
-//!   from above, so only transfers certain to have queued count, and a few times made too short
-//!   by a preempted proxy thread do not lower the bound).
+//!   the wire was still busy, so it completes after the previous completion by the time the wire
+//!   took its bytes, plus that of any other link's transfer the NIC sent in between (a low
+//!   percentile of the opening transfers' times bounds the latency from above, so only transfers
+//!   certain to have queued count, and a few times made too short by a preempted proxy thread do
+//!   not lower the bound). The queued transfers whose gap no other transfer of the process
+//!   shared give the wire's own rate ([`super::idle`]).
 //!
 //! The link was **busy** while at least one transfer was in flight.
 //!
@@ -32,7 +34,7 @@ pub struct Step {
     pub tag: u32,
 }
 
-/// Bytes over seconds of queued transfers, mergeable.
+/// Bytes over seconds of queued transfers' gaps, mergeable.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Rate {
     /// Bytes of the transfers.
@@ -49,6 +51,15 @@ impl Rate {
         self.bytes = self.bytes.saturating_add(other.bytes);
         self.secs += other.secs;
         self.n += other.n;
+    }
+
+    /// Adds a queued transfer's gap.
+    pub fn add(&mut self, gap: &Gap) {
+        self.merge(&Rate {
+            bytes: gap.bytes,
+            secs: gap.secs,
+            n: 1,
+        });
     }
 
     /// Bytes per second, when there is time to divide by.
@@ -102,12 +113,11 @@ pub struct Queue {
     pub gaps: Vec<Gap>,
     /// The transfers that opened them.
     pub openers: Vec<Opener>,
-    /// Transfers queued behind another: their wire rate.
-    pub queued: Rate,
-    /// Those in whose gap no other transfer of the process completed: the wire's own rate,
-    /// unmixed with other links' transfers queued on the same NIC. Filled per interval
-    /// ([`super::idle`]), never per window.
-    pub alone: Rate,
+    /// The queued transfers in whose gap no other transfer of the process completed: the wire's
+    /// own rate, unmixed with other links' transfers queued on the same NIC (a slow link's among
+    /// them would make a healthy one look slow). Filled per interval ([`super::idle`]), never per
+    /// window.
+    pub clean: Rate,
     /// Seconds with at least one transfer in flight.
     pub busy: f64,
     /// Seconds the transfers waited for the link's earlier ones to complete, summed.
@@ -119,14 +129,13 @@ impl Queue {
     /// openers are left to the process-wide check.
     pub fn merge(&mut self, other: &Queue) {
         self.idle.merge(&other.idle);
-        self.queued.merge(&other.queued);
-        self.alone.merge(&other.alone);
+        self.clean.merge(&other.clean);
         self.busy += other.busy;
         self.wait += other.wait;
     }
 }
 
-/// Queued transfers a wire rate needs before it is preferred to the idle transfers' fit.
+/// Clean queued transfers a wire rate needs before it is preferred to the idle transfers' fit.
 pub const MIN_QUEUED: u64 = 4;
 
 /// A link's figures for one interval.
@@ -147,17 +156,16 @@ pub struct LinkFit {
 }
 
 impl Queue {
-    /// The link's figures from `bytes` moved by `transfers`: bandwidth from the queued transfers' wire rate
-    /// (at least [`MIN_QUEUED`] of them), else from the idle transfers' fit; latency from the
-    /// idle transfers at the wire rate of the queued transfers no other link's completion came
-    /// between (one size suffices), else from their fit (two sizes at least); throughput from
-    /// the busy time; the mean wait over the transfers.
+    /// The link's figures from `bytes` moved by `transfers`: bandwidth from the wire rate of the
+    /// clean queued transfers (at least [`MIN_QUEUED`] of them), else from the idle transfers'
+    /// fit; latency from the idle transfers at that wire rate (one size suffices), else from
+    /// their fit (two sizes at least); throughput from the busy time; the mean wait over the
+    /// transfers.
     pub fn fit(&self, bytes: u64, transfers: u64, mode: Mode) -> LinkFit {
         let fit = self.idle.fit(mode);
-        let enough = |r: &Rate| r.per_sec().filter(|_| r.n >= MIN_QUEUED);
-        let rate = enough(&self.queued);
+        let rate = self.clean.per_sec().filter(|_| self.clean.n >= MIN_QUEUED);
         let bandwidth = rate.or(fit.map(|f| f.bandwidth()));
-        let latency = match (enough(&self.alone), fit) {
+        let latency = match (rate, fit) {
             (Some(bw), _) => self.idle.latency_at(mode, bw),
             (None, Some(f)) => Some(f.latency()),
             (None, None) => None,
@@ -225,16 +233,12 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
     last_stop = 0;
     for s in steps.iter() {
         if s.sent.saturating_add(bound) < last_stop && s.stop > last_stop {
-            let gap = Gap {
+            q.gaps.push(Gap {
                 after: last_stop,
                 stop: s.stop,
                 bytes: s.bytes,
                 secs: secs(s.stop - last_stop),
-            };
-            q.queued.bytes = q.queued.bytes.saturating_add(gap.bytes);
-            q.queued.secs += gap.secs;
-            q.queued.n += 1;
-            q.gaps.push(gap);
+            });
         }
         last_stop = last_stop.max(s.stop);
     }
@@ -268,6 +272,13 @@ mod tests {
         super::analyze(steps, secs_per_tick, |tag| tag as u8)
     }
 
+    /// The rate of all of `q`'s gaps, as if every one were clean.
+    fn queued(q: &Queue) -> Rate {
+        let mut r = Rate::default();
+        q.gaps.iter().for_each(|g| r.add(g));
+        r
+    }
+
     /// Eight steps of 1000 bytes handed over at once to a link of 10 ticks latency and 100
     /// bytes per tick: each completes 10 ticks after the one before.
     #[test]
@@ -281,14 +292,14 @@ mod tests {
         assert_eq!(q.fit(8000, 8, Mode::Avg).wait, Some(350.0 / 8.0));
         // The second was handed over within the first one's latency: not certain to queue.
         assert_eq!(
-            q.queued,
+            queued(&q),
             Rate {
                 bytes: 6000,
                 secs: 60.0,
                 n: 6
             }
         );
-        assert_eq!(q.queued.per_sec(), Some(100.0));
+        assert_eq!(queued(&q).per_sec(), Some(100.0));
         assert_eq!(q.busy, 90.0);
     }
 
@@ -305,11 +316,7 @@ mod tests {
         };
         assert_eq!(q.openers, vec![opener(0, 1000, 10.0), opener(100, 2000, 15.0)]);
         assert_eq!(q.wait, 2.5);
-        assert_eq!(
-            q.queued,
-            Rate::default(),
-            "posted at 125, within the latency of the one ending at 130"
-        );
+        assert_eq!(q.gaps, [], "posted at 125, within the latency of the one ending at 130");
         assert_eq!(q.busy, (20.0 + 60.0) * 0.5);
     }
 
@@ -317,7 +324,7 @@ mod tests {
     fn out_of_order_completion_counts_for_busy_time_only() {
         let mut steps = vec![step(0, 50, 100), step(10, 40, 100)];
         let q = analyze(&mut steps, 1.0);
-        assert_eq!((q.openers.len(), q.queued.n, q.busy), (1, 0, 50.0));
+        assert_eq!((q.openers.len(), q.gaps.len(), q.busy), (1, 0, 50.0));
         assert_eq!(analyze(&mut [], 1.0), Queue::default());
     }
 
@@ -337,7 +344,7 @@ mod tests {
         for l in q.openers.clone() {
             q.idle.push(l.bytes, l.secs);
         }
-        q.alone = q.queued;
+        q.clean = queued(&q);
         let f = q.fit(24_900, 27, Mode::Avg);
         assert_eq!(f.bandwidth, Some(100.0));
         assert!((f.latency.unwrap() - 20.0).abs() < 1e-9, "{f:?}");
@@ -371,15 +378,21 @@ mod tests {
         steps.push(step(4000, 4030, 1000));
         steps.push(step(4025, 4040, 1000));
         let q = analyze(&mut steps, 1.0);
-        assert_eq!(q.queued, Rate::default(), "{q:?}");
+        assert_eq!(q.gaps, [], "{q:?}");
     }
 
     #[test]
     fn merge_adds_windows() {
         let mut a = analyze(&mut [step(0, 10, 100), step(0, 20, 100), step(0, 30, 100)], 1.0);
-        let b = analyze(&mut [step(0, 5, 50)], 1.0);
+        let mut b = analyze(&mut [step(0, 5, 50)], 1.0);
+        b.clean.add(&Gap {
+            after: 0,
+            stop: 5,
+            bytes: 50,
+            secs: 5.0,
+        });
         a.merge(&b);
         // a: the second waited 10 ticks, the third 20; b waited nothing.
-        assert_eq!((a.queued.n, a.busy, a.wait), (1, 35.0, 30.0));
+        assert_eq!((a.clean.n, a.busy, a.wait), (1, 35.0, 30.0));
     }
 }

@@ -125,8 +125,8 @@ pub struct LinkGroup {
     pub bytes: u64,
     /// Transfers.
     pub transfers: u64,
-    /// The same transfers as a queue: idle ones, the wire rate of queued ones, busy time; the
-    /// consumer derives the link's figures with its own mode, after merging if it wants.
+    /// The same transfers as a queue: busy periods and their openers, queued transfers' gaps,
+    /// busy time; the consumer derives the link's figures with its own mode, after merging.
     pub queue: Queue,
 }
 

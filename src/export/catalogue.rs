@@ -352,7 +352,7 @@ impl Instruments {
                 meter,
                 "nccl.link.bandwidth",
                 "By/s",
-                "Wire rate of the link: queued transfers' bytes per completion-to-completion time, else the idle transfers' fit",
+                "Wire rate of the link: bytes per completion-to-completion time of queued transfers whose gap no other link shared, else the idle transfers' fit",
             ),
             link_r2: gauge(
                 meter,

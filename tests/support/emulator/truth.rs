@@ -222,10 +222,10 @@ impl LinkTruth {
 /// process's other transfers) in flight is idle; those
 /// handed over more than the 5th percentile of the times of the transfers opening a busy period
 /// before the latest earlier completion queued behind a busy wire, and the gap between the two
-/// completions is their wire time. Bandwidth from at least 4 queued, else the idle fit; latency
-/// the idle transfers' mean excess over the rate of at least 4 queued in whose gap no other
-/// transfer of the process completed (with `min`: the mean over sizes of each size's low
-/// percentile's excess), else the fit's intercept.
+/// completions is their wire time when no other transfer of the process completed in it (clean).
+/// Bandwidth from at least 4 clean ones, else the idle fit; latency the idle transfers' mean excess
+/// over that rate (with `min`: the mean over sizes of each size's low percentile's excess), else
+/// the fit's intercept.
 pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bool) -> Option<(f64, f64)> {
     let mut by_sent: Vec<&StepTruth> = steps.iter().collect();
     by_sent.sort_by_key(|s| (s.sent, s.stop));
@@ -255,20 +255,19 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
         let from = stops.partition_point(|&x| x <= after);
         stops.get(from).is_none_or(|&x| x >= stop)
     };
-    let queued: Vec<(u64, f64, bool)> = by_sent
+    let clean: Vec<(u64, f64)> = by_sent
         .iter()
         .zip(&before)
         .filter_map(|(s, b)| {
             let b = (*b)?;
             let waited = b.saturating_duration_since(s.sent).as_secs_f64() > bound;
-            (waited && s.stop > b).then(|| (s.bytes, secs(s.stop - b), clean(b, s.stop)))
+            (waited && s.stop > b && clean(b, s.stop)).then(|| (s.bytes, secs(s.stop - b)))
         })
         .collect();
-    let rate = |q: &[&(u64, f64, bool)]| {
-        (q.len() >= 4).then(|| q.iter().map(|q| q.0 as f64).sum::<f64>() / q.iter().map(|q| q.1).sum::<f64>())
-    };
-    let bandwidth = rate(&queued.iter().collect::<Vec<_>>()).or_else(|| fit(&idle).map(|f| f.1))?;
-    let latency = match rate(&queued.iter().filter(|q| q.2).collect::<Vec<_>>()) {
+    let rate = (clean.len() >= 4)
+        .then(|| clean.iter().map(|q| q.0 as f64).sum::<f64>() / clean.iter().map(|q| q.1).sum::<f64>());
+    let bandwidth = rate.or_else(|| fit(&idle).map(|f| f.1))?;
+    let latency = match rate {
         Some(bw) if min => {
             let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
             idle.iter().for_each(|&(b, t)| by_size.entry(b).or_default().push(t));
