@@ -136,7 +136,7 @@ impl Queue {
 }
 
 /// Clean queued transfers a wire rate needs before it is preferred to the idle transfers' fit.
-pub const MIN_QUEUED: u64 = 4;
+pub const MIN_CLEAN: u64 = 4;
 
 /// A link's figures for one interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -157,13 +157,13 @@ pub struct LinkFit {
 
 impl Queue {
     /// The link's figures from `bytes` moved by `transfers`: bandwidth from the wire rate of the
-    /// clean queued transfers (at least [`MIN_QUEUED`] of them), else from the idle transfers'
+    /// clean queued transfers (at least [`MIN_CLEAN`] of them), else from the idle transfers'
     /// fit; latency from the idle transfers at that wire rate (one size suffices), else from
     /// their fit (two sizes at least); throughput from the busy time; the mean wait over the
     /// transfers.
     pub fn fit(&self, bytes: u64, transfers: u64, mode: Mode) -> LinkFit {
         let fit = self.idle.fit(mode);
-        let rate = self.clean.per_sec().filter(|_| self.clean.n >= MIN_QUEUED);
+        let rate = self.clean.per_sec().filter(|_| self.clean.n >= MIN_CLEAN);
         let bandwidth = rate.or(fit.map(|f| f.bandwidth()));
         let latency = match (rate, fit) {
             (Some(bw), _) => self.idle.latency_at(mode, bw),

@@ -255,7 +255,7 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
         let from = stops.partition_point(|&x| x <= after);
         stops.get(from).is_none_or(|&x| x >= stop)
     };
-    let clean: Vec<(u64, f64)> = by_sent
+    let clean_gaps: Vec<(u64, f64)> = by_sent
         .iter()
         .zip(&before)
         .filter_map(|(s, b)| {
@@ -264,8 +264,8 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
             (waited && s.stop > b && clean(b, s.stop)).then(|| (s.bytes, secs(s.stop - b)))
         })
         .collect();
-    let rate = (clean.len() >= 4)
-        .then(|| clean.iter().map(|q| q.0 as f64).sum::<f64>() / clean.iter().map(|q| q.1).sum::<f64>());
+    let rate = (clean_gaps.len() >= 4)
+        .then(|| clean_gaps.iter().map(|q| q.0 as f64).sum::<f64>() / clean_gaps.iter().map(|q| q.1).sum::<f64>());
     let bandwidth = rate.or_else(|| fit(&idle).map(|f| f.1))?;
     let latency = match rate {
         Some(bw) if min => {
