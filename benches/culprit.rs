@@ -21,11 +21,13 @@
 
 #[path = "../tests/support"]
 mod support {
+    pub mod cuda;
     pub mod emulator;
     pub mod job;
     pub mod otlp_receiver;
     #[allow(dead_code)]
     pub mod prom;
+    pub mod shipped;
 }
 
 use std::collections::BTreeMap;

@@ -2,19 +2,25 @@
 //! per host, coupled through shared memory, exporting at the plugin's defaults into a real
 //! Prometheus fed by remote write that evaluates the repository's rules (the native-histogram
 //! variant: the plugin's default histograms), NCCL 2.31.2 and 2.27.7 (alternate cases), one job per
-//! case, in two waves of jobs at once (so that two cores keep each job's timing): a rank hung
-//! inside NCCL on its proxy, its GPU and its NIC; then an absent rank, and a healthy job whose rank
-//! 0 pauses 45 s outside NCCL (a checkpoint) while the others wait in a collective. Each faulty
-//! case must fire exactly one culprit alert, naming its culprit and kind, within twice the target
-//! (hangs 15 s; absent ranks the 60 s threshold plus 10 s); the healthy job none.
+//! case, in two waves of four jobs at once (so that two cores keep each job's timing): a rank
+//! hung inside NCCL on its proxy, its GPU and its NIC, and a host whose NIC is 2× slower; then an
+//! absent rank, a healthy job whose rank 0 pauses 45 s outside NCCL (a checkpoint) while the
+//! others wait in a collective, a link 2× slower and a rank late by 20 % of the iteration. Each
+//! faulty case must fire exactly one culprit alert, naming its culprit and kind, within twice the
+//! target (hangs 15 s; absent ranks the 60 s threshold plus 10 s; slow links, hosts and ranks
+//! 30 s); the healthy job none. In a release build only, as the benchmark runs: in a debug build
+//! the plugin and the emulator of 16 host processes starve two cores, and the ranks of a starved
+//! process enter every collective late, a straggler in each of their communicators.
 
 #[path = "support"]
 mod support {
+    pub mod cuda;
     pub mod emulator;
     pub mod job;
     pub mod otlp_receiver;
     #[allow(dead_code)]
     pub mod prom;
+    pub mod shipped;
 }
 
 use std::path::Path;
@@ -43,6 +49,10 @@ fn host_command() -> Command {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "timing: a release build only (cargo test --release --test culprit; .ci/run does)"
+)]
 fn each_incident_names_its_culprit_and_no_victim() {
     if !have_prometheus() {
         return;
@@ -96,13 +106,26 @@ fn each_incident_names_its_culprit_and_no_victim() {
             15.0,
         ),
     ];
+    let slow_nic = case(4, Fault::SlowNic { host: 2, factor: 2.0 }, 40, 30.0);
     let quiet = [
-        case(4, Fault::Absent { rank: 12 }, 80, 70.0),
-        case(5, Fault::Checkpoint { rank: 0, secs: 45 }, 60, 0.0),
+        case(5, Fault::Absent { rank: 12 }, 80, 70.0),
+        case(6, Fault::Checkpoint { rank: 0, secs: 45 }, 60, 0.0),
+        case(
+            7,
+            Fault::SlowLink {
+                src: 21,
+                dst: 29,
+                factor: 2.0,
+            },
+            40,
+            30.0,
+        ),
+        case(8, Fault::Straggler { rank: 6, share: 0.2 }, 40, 30.0),
     ];
     let started = Instant::now();
     let mut failures = Vec::new();
-    for wave in [&hangs[..], &quiet[..]] {
+    let first: Vec<_> = hangs.into_iter().chain([slow_nic]).collect();
+    for wave in [&first[..], &quiet[..]] {
         failures.extend(run_wave(&live, &dir, wave));
     }
     let errors = live.errors();

@@ -1,13 +1,14 @@
 //! Which transfers that opened a busy period of their link ([`super::queue`]) were idle: nothing
-//! else this process sent was in flight at their SendWait, on any link, channel or communicator,
-//! so no earlier transfer stood ahead of them in the NIC's queue. The interval collects the busy
+//! else this process sent through the same NIC was in flight at their SendWait, on any link,
+//! channel or communicator, so no earlier transfer stood ahead of them in the NIC's queue (one
+//! [`Timeline`] per NIC: `super::interval`). The interval collects the busy
 //! periods of every window it merges and keeps the previous interval's, so a transfer behind one
 //! in another window, on another communicator's or peer's link, or just before the interval
 //! began is not taken as idle. Traffic the process does not see (other processes on the NIC,
 //! windows processed after the interval closed) and transfers handed over after it that share
 //! the wire with it (a NIC serving several queues at once) can still lengthen an idle transfer:
 //! a latency from idle transfers is an upper bound. A queued transfer in whose gap (the previous
-//! completion of its link → its own) no other transfer of the process completed is **clean**:
+//! completion of its link → its own) no other transfer on the NIC completed is **clean**:
 //! its bytes alone went over the wire in the gap, so the clean ones give the wire's own rate: the
 //! link's bandwidth, and the rate the idle transfers' latency is computed at (a rate mixing in
 //! other links' transfers queued on the same NIC would be too low).
@@ -50,7 +51,7 @@ fn sampled(slot: u64, thin: u32) -> bool {
     thin == 0 || slot.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - thin) == 0
 }
 
-/// The busy periods and completions of the process's links in the sampled slots, this interval
+/// The busy periods and completions of one NIC's links in the sampled slots, this interval
 /// and the one before.
 #[derive(Debug, Default)]
 pub struct Timeline {
@@ -146,7 +147,7 @@ pub struct Check {
 
 impl Check {
     /// Whether a transfer handed over at `sent` that opened its link's busy period found no
-    /// other transfer of the process in flight: its period opens a merged one, and no other
+    /// other transfer on the NIC in flight: its period opens a merged one, and no other
     /// period opened at the same tick.
     pub fn idle(&self, sent: u64) -> bool {
         let opens = |spans: &[Span]| spans.partition_point(|s| s.0 < sent)..spans.partition_point(|s| s.0 <= sent);
@@ -154,7 +155,7 @@ impl Check {
         merged.len() == 1 && all.len() == 1
     }
 
-    /// Whether no transfer of the process completed strictly between `after` and `stop`; false
+    /// Whether no transfer on the NIC completed strictly between `after` and `stop`; false
     /// when the stops were not kept.
     pub fn clean(&self, after: u64, stop: u64) -> bool {
         let from = self.stops.partition_point(|&x| x <= after);

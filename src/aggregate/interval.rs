@@ -11,12 +11,12 @@
 use std::collections::BTreeMap;
 
 use super::bandwidth::{UNKNOWN_CLASS, bus_factor};
-use super::idle::Timeline;
+use super::idle::{Check, Timeline};
 use super::queue::{Gap, Opener, Queue};
 use super::regression::{Mode, Samples};
 use super::service::{Order, Split};
 use super::summary::{CollKey, WindowSummary};
-use crate::record::{CommMeta, Func};
+use crate::record::{CommMeta, Func, Gpu};
 
 pub use super::bandwidth::size_class_name;
 pub use super::queue::LinkFit;
@@ -49,12 +49,26 @@ impl CommKey {
 /// Queued transfers per link and interval checked for a clean gap: enough for a wire rate.
 const MAX_GAPS: usize = 1024;
 
+/// The NIC a communicator's transfers go through: its GPU's (a rail-optimised node gives each
+/// GPU its own NIC), or the process's one when the GPU is unknown. Idle and clean are judged
+/// per NIC ([`Timeline`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Nic(Option<String>);
+
+impl Nic {
+    fn of(gpu: &Gpu) -> Nic {
+        Nic(gpu.uuid.clone().or_else(|| gpu.pci_bus_id.clone()))
+    }
+}
+
 /// A link's transfers in the interval so far.
 #[derive(Clone, Debug, Default)]
 struct LinkTotals {
     bytes: u64,
     transfers: u64,
     queue: Queue,
+    /// The NIC of the communicator that saw it.
+    nic: Nic,
     /// Openers of its busy periods, with the rank of the communicator that saw them (their
     /// channel's).
     openers: Vec<(Opener, i32)>,
@@ -110,7 +124,7 @@ pub struct Interval {
     channels: BTreeMap<(CommKey, u8), Samples>,
     /// Each communicator's queue (by hash and our rank), kept across intervals.
     orders: BTreeMap<(u64, i32), Order>,
-    timeline: Timeline,
+    timelines: BTreeMap<Nic, Timeline>,
     /// Per communicator: operations timed (in the sample) and operations counted.
     sampling: BTreeMap<CommKey, (u64, u64)>,
     /// ProxyStep detail was shed in the interval ([`Interval::shed`]).
@@ -125,7 +139,7 @@ impl Interval {
             links: BTreeMap::new(),
             channels: BTreeMap::new(),
             orders: BTreeMap::new(),
-            timeline: Timeline::default(),
+            timelines: BTreeMap::new(),
             sampling: BTreeMap::new(),
             shed: false,
         }
@@ -153,13 +167,16 @@ impl Interval {
             (entry.0, entry.1) = (entry.0 + timed, entry.1 + all);
         }
         self.shed |= s.stats.bare_ops > 0;
+        let nic = Nic::of(&s.comm.gpu);
+        let timeline = self.timelines.entry(nic.clone()).or_default();
         for l in &s.links {
             let link = self.links.entry((CommKey::new(&s.comm, l.rank), l.peer)).or_default();
             link.bytes = link.bytes.saturating_add(l.bytes);
             link.transfers += l.transfers;
             link.queue.merge(&l.queue);
-            if self.timeline.add(&l.queue.spans, &l.queue.stops) {
-                let t = &self.timeline;
+            link.nic.clone_from(&nic);
+            if timeline.add(&l.queue.spans, &l.queue.stops) {
+                let t = &*timeline;
                 let openers = l.queue.openers.iter().filter(|o| t.candidate(o.sent, o.sent));
                 link.openers.extend(openers.map(|&o| (o, s.comm.rank)));
                 let room = MAX_GAPS.saturating_sub(link.gaps.len());
@@ -175,10 +192,11 @@ impl Interval {
     /// Ends the interval: its figures, and an empty interval in its place.
     pub fn close(&mut self) -> Figures {
         let (mode, shed) = (self.mode, std::mem::take(&mut self.shed));
-        let check = self.timeline.close();
+        let checks: BTreeMap<Nic, Check> = self.timelines.iter_mut().map(|(n, t)| (n.clone(), t.close())).collect();
         let links = std::mem::take(&mut self.links)
             .into_iter()
             .map(|((comm, peer), mut link)| {
+                let check = &checks[&link.nic];
                 // Idle transfers only are latency samples, of their link and their channel.
                 for (o, rank) in link.openers.iter().filter(|(o, _)| check.idle(o.sent)) {
                     link.queue.idle.push(o.bytes, o.secs);
@@ -330,9 +348,10 @@ mod tests {
     }
 
     /// A link's transfer that found its own link idle is no latency sample while another
-    /// communicator's link of the process had one in flight.
+    /// communicator's link on the same NIC (GPU) had one in flight; one on another GPU's NIC
+    /// does not count.
     #[test]
-    fn idle_means_idle_across_communicators() {
+    fn idle_means_idle_across_communicators_of_one_nic() {
         use crate::aggregate::queue::{Step, analyze};
         let step = |sent, stop| Step {
             sent,
@@ -364,6 +383,14 @@ mod tests {
         interval.add(&with(0, 7, queue(&mut [step(1000, 1030), step(1100, 1140)])));
         let alone = interval.close();
         assert_eq!(alone.links[0].fit.missing, None, "{alone:?}");
+        // 8 on another GPU: its transfer shares no NIC with 7's.
+        interval.add(&with(0, 7, queue(&mut [step(2000, 2030), step(2100, 2140)])));
+        let mut other = with(0, 8, queue(&mut [step(2090, 2150)]));
+        other.comm.gpu.uuid = Some("GPU-other".into());
+        interval.add(&other);
+        let apart = interval.close();
+        let seven = apart.links.iter().find(|l| l.comm.hash == 7).unwrap();
+        assert_eq!(seven.fit.missing, None, "{apart:?}");
     }
 
     /// An interval whose ProxyStep detail was shed: links keep their throughput, lose their

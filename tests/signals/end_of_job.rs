@@ -149,13 +149,13 @@ fn child() {
     let p = Plugin::in_process();
     match case.as_str() {
         "late" => {
-            let late = Late::new(2, Duration::from_millis(5));
-            ring("late", 0xE0_1A7E, 64 << 10, 400, net(5.0))
+            let late = Late::new(2, Duration::from_millis(20));
+            ring("late", 0xE0_1A7E, 1 << 20, 100, net(1.0))
                 .options(|o| o.late = Some(late.clone()))
                 .run(&p);
         }
         "slow" => {
-            ring("slow", 0xE0_5104, 4 << 20, 400, net(5.0).slow_link(1, 2, 4.0)).run(&p);
+            ring("slow", 0xE0_5104, 1 << 20, 800, net(1.0).slow_link(1, 2, 4.0)).run(&p);
         }
         _ => {
             let stall = Stall::new(1, 2, 3, Duration::from_secs(60));
@@ -178,9 +178,8 @@ const ALERTS: [(&str, &[(&str, &str)]); 3] = [
 fn rule_inputs(reqs: &[ExportMetricsServiceRequest]) -> Series {
     let read = [
         "nccl_progress_hang_stuck_seconds{",
-        "nccl_progress_peer_wait_seconds_sum{",
-        "nccl_progress_peer_wait_seconds_count{",
-        "nccl_link_bandwidth_bytes_per_second{",
+        "nccl_progress_peer_wait_seconds_bucket{",
+        "nccl_link_throughput_bytes_per_second{",
         "nccl_comm_member{",
     ];
     let mut series = prom::series(reqs, |a| prom::attr(a, "nccl.comm.hash").is_some());
@@ -261,15 +260,32 @@ fn promtool(processes: &[(&str, Vec<ExportMetricsServiceRequest>)]) {
 }
 
 /// The query of rule `name` of the server's `rules`, with the recording rules it reads inlined
-/// (the server records them from its own start only, after the backfilled samples).
+/// (the server records them from its own start only, after the backfilled samples): a range over
+/// a recorded series becomes a subquery at a step of [`SUBQUERY_STEP`].
 pub fn inlined(rules: &[(String, String, String, String)], name: &str) -> String {
     let records: Vec<&(String, String, String, String)> = rules.iter().filter(|r| r.0.starts_with("nccl:")).collect();
     let mut query = rules.iter().find(|r| r.0 == name).expect(name).1.clone();
     while let Some(record) = records.iter().find(|r| query.contains(r.0.as_str())) {
-        query = query.replace(record.0.as_str(), &format!("({})", record.1));
+        let mut out = String::new();
+        let mut rest = query.as_str();
+        while let Some(i) = rest.find(record.0.as_str()) {
+            out.push_str(&rest[..i]);
+            out.push_str(&format!("({})", record.1));
+            rest = &rest[i + record.0.len()..];
+            if let Some(range) = rest.strip_prefix('[') {
+                let end = range.find(']').expect("a range's end");
+                out.push_str(&format!("[{}:{SUBQUERY_STEP}]", &range[..end]));
+                rest = &range[end + 1..];
+            }
+        }
+        out.push_str(rest);
+        query = out;
     }
     query
 }
+
+/// The step of [`inlined`]'s subqueries: the exports' interval in these tests.
+const SUBQUERY_STEP: &str = "250ms";
 
 /// A real Prometheus over all processes' exports: each alert's query names its culprit one
 /// interval after its process's last export, and nothing from two intervals after it on.

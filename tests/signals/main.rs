@@ -8,7 +8,7 @@
 //!   (rank 0, which sends to 1: a peer not ready to receive; rank 2, which receives from 1: data
 //!   from 1; rank 1 itself: nothing posted), each logs one WARN and counts one episode, and the
 //!   stuck series drop to 0 once the ring moves again;
-//! - (b) rank 2 enters every collective 5 ms (then 50 ms) late: its sender (rank 1) reports that
+//! - (b) rank 2 enters every collective 20 ms (then 50 ms) late: its sender (rank 1) reports that
 //!   long a wait for peer 2, and both its neighbours that long an initial sync, within 10 % of
 //!   the delays the emulator imposed; rank 2 itself waits least;
 //! - (c) the link 1 → 2 is 4 times slower than the others.
@@ -56,7 +56,7 @@ use support::process;
 const INTERVAL: f64 = 0.25;
 const THRESHOLD: f64 = 1.0;
 /// promtool's step per export.
-const STEP_SECS: u64 = 15;
+const STEP_SECS: u64 = 5;
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus/nccl-rules.yml");
 /// The scenarios' process: its job (`service.namespace/service.name`), and the host, node and
 /// launcher rank its member series name, which the alerts name their culprits by.
@@ -268,16 +268,16 @@ unsafe fn run(dir: &Path, extra: &[(&str, &str)]) -> Run {
     let (_, began) = stall.began().expect("rank 1 stopped posting");
     assert!(report.elapsed >= hold, "{:?}", report.elapsed);
 
-    // (b) Rank 2 enters every AllReduce late, by 5 ms and by 50 ms.
+    // (b) Rank 2 enters every AllReduce late, by 20 ms and by 50 ms.
     let mut lates = Vec::new();
     for (name, hash, delay, iterations) in [
-        ("(b) late 5 ms", 0x1A7E_0005, 5, 400),
+        ("(b) late 20 ms", 0x1A7E_0020, 20, 100),
         ("(b) late 50 ms", 0x1A7E_0050, 50, 45),
     ] {
         start(name, hash);
         let late = Late::new(2, Duration::from_millis(delay));
         let comm = format!("late{delay}");
-        ring(&comm, hash, 64 << 10, iterations, net(5.0))
+        ring(&comm, hash, 1 << 20, iterations, net(1.0))
             .options(|o| o.late = Some(late.clone()))
             .run(&p);
         lates.push((hash, late));
@@ -285,7 +285,7 @@ unsafe fn run(dir: &Path, extra: &[(&str, &str)]) -> Run {
 
     // (c) The link 1 → 2 is 4 times slower.
     let slow = start("(c) slow link", 0x5104_0102);
-    ring("slowlink", slow, 4 << 20, 400, net(5.0).slow_link(1, 2, 4.0)).run(&p);
+    ring("slowlink", slow, 1 << 20, 800, net(1.0).slow_link(1, 2, 4.0)).run(&p);
 
     let reqs = decode(&std::fs::read_to_string(&path).unwrap());
     p.close();

@@ -97,6 +97,16 @@ fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
 }
 
 /// The labels that name an alert's culprit, rank `rank` of the scenarios' process.
+/// Every alert of the rules.
+const ALERTS: [&str; 6] = [
+    "NcclRankHung",
+    "NcclLinkHung",
+    "NcclRankAbsent",
+    "NcclStraggler",
+    "NcclSlowLink",
+    "NcclSlowHost",
+];
+
 fn culprit(rank: &str) -> [(&'static str, &str); 4] {
     [
         ("culprit_rank", rank),
@@ -146,17 +156,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             step,
             fired: Vec::new(),
         };
-        let all_silent = |step| {
-            [
-                "NcclRankHung",
-                "NcclLinkHung",
-                "NcclRankAbsent",
-                "NcclStraggler",
-                "NcclSlowLink",
-            ]
-            .into_iter()
-            .map(move |a| none(a, step))
-        };
+        let all_silent = |step| ALERTS.into_iter().map(move |a| none(a, step));
         let expect: Vec<Expect> = match s.hash {
             h if h == stalled => {
                 // The first export with a rank's stuck series.
@@ -191,7 +191,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
                 // A killed culprit: rank 1's member series ends more than Prometheus' 5-minute
                 // lookback before the hang (every other series starts `GAP` steps later); the
                 // alert still names its host.
-                const GAP: usize = 21;
+                const GAP: usize = 300 / STEP_SECS as usize + 1;
                 let killed: prom::Series = series
                     .iter()
                     .map(|(k, v)| {
@@ -274,9 +274,8 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
     let inputs = || {
         let used = [
             "- name: ",
-            "nccl_link_bandwidth",
-            "peer_wait_seconds_sum",
-            "peer_wait_seconds_count",
+            "nccl_link_throughput",
+            "peer_wait_seconds_bucket",
             "hang_stuck",
         ];
         let lines: Vec<&str> = yaml.lines().collect();
@@ -334,6 +333,14 @@ fn own_labels(labels: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// The largest value of gauge `name` in one request.
+/// Whether `req` has a point of communicator `hash` (`0x…`).
+fn series_at_comm(req: &ExportMetricsServiceRequest, hash: &str) -> bool {
+    metrics(std::slice::from_ref(req))
+        .into_iter()
+        .flat_map(points)
+        .any(|p| p.attrs.get("nccl.comm.hash").is_some_and(|h| h == hash))
+}
+
 fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
     metrics(std::slice::from_ref(req))
         .into_iter()
@@ -403,38 +410,44 @@ pub fn server(
         }
     })
     .unwrap_or_else(|e| fail(e));
-    // (alert, communicator, peer, culprit rank): each names the culprit's host.
+    // Each alert's query, its recording rules inlined (the server records them from its start
+    // only), at the last export of each scenario: (alert, communicator, peer, culprit rank), each
+    // naming the culprit's host; nothing on the healthy communicator.
+    let last_export = |hash: &str| {
+        reqs.iter()
+            .rev()
+            .find(|r| series_at_comm(r, hash))
+            .map(prom::collected)
+            .unwrap_or_else(|| fail(format!("no export of {hash}")))
+    };
     let mut wanted: Vec<(&str, String, &str, &str)> = lates
         .iter()
         .map(|(h, _)| ("NcclStraggler", hex(*h), "2", "2"))
         .collect();
     wanted.push(("NcclSlowLink", slow.clone(), "2", "1"));
-    let alerts = eventually(|| {
-        let alerts = server.alerts()?;
-        let missing: Vec<_> = wanted
+    for (alert, hash, peer, rank) in &wanted {
+        let rows = server
+            .query(&crate::end_of_job::inlined(&rules, alert), Some(last_export(hash)))
+            .unwrap_or_else(|e| fail(e));
+        assert!(
+            rows.iter()
+                .any(|r| has(r, &[("nccl_comm_hash", hash), ("nccl_peer", peer)]) && has(r, &culprit(rank))),
+            "{alert} at the last export of {hash}: {rows:?}"
+        );
+    }
+    for alert in ALERTS {
+        let rows = server
+            .query(&crate::end_of_job::inlined(&rules, alert), Some(last_export(&healthy)))
+            .unwrap_or_else(|e| fail(e));
+        let quiet: Vec<_> = rows
             .iter()
-            .filter(|(name, hash, peer, rank)| {
-                !alerts.iter().any(|a| {
-                    a["alertname"] == *name
-                        && a["nccl_comm_hash"] == *hash
-                        && labelled(a, &[("nccl_peer", peer)])
-                        && labelled(a, &culprit(rank))
-                })
-            })
+            .filter(|r| has(r, &[("nccl_comm_hash", &healthy)]))
             .collect();
-        if missing.is_empty() {
-            Ok(alerts)
-        } else {
-            Err(format!("alerts not active: {missing:?}; active: {alerts:?}"))
-        }
-    })
-    .unwrap_or_else(|e| fail(e));
-    let quiet: Vec<_> = alerts.iter().filter(|a| a["nccl_comm_hash"] == healthy).collect();
-    assert!(quiet.is_empty(), "alerts on the healthy communicator: {quiet:?}");
+        assert!(quiet.is_empty(), "{alert} on the healthy communicator: {quiet:?}");
+    }
     eprintln!(
-        "prometheus ({histograms:?} histograms): {} rules healthy, {} alerts active",
+        "prometheus ({histograms:?} histograms): {} rules healthy, every alert named its culprit",
         rules.len(),
-        alerts.len()
     );
 
     // The hang alerts' queries at the stall's first export with a stuck series, with the
@@ -465,7 +478,6 @@ pub fn server(
         ("nccl:coll_duration:mean5m", &healthy),
         ("nccl:coll_busbw:rate5m", &slow),
         ("nccl:coll_kernel_busbw:rate5m", &healthy),
-        ("nccl:link_bandwidth:median5m", &slow),
     ] {
         eventually(
             || match server.query(&format!("{record}{{nccl_comm_hash=\"{hash}\"}}"), None)? {

@@ -91,7 +91,7 @@ pub use time::spin;
 #[allow(unused_imports)]
 pub use truth::{CollTruth, LinkTruth, Report, WorldLink};
 #[allow(unused_imports)]
-pub use workload::{Algo, Call, CommSpec, Dtype, Func, Options, Proto, Workload};
+pub use workload::{Algo, Call, CommSpec, Dtype, Func, Options, Proto, RankHook, Workload};
 
 /// Peak resident memory of this process so far (`VmHWM`), bytes; writing `5` to
 /// `/proc/self/clear_refs` resets it to the current resident memory.

@@ -466,6 +466,18 @@ pub struct Options {
     pub pause: Option<Pause>,
     /// Couples these ranks with those other processes emulate (see [`Board`]).
     pub board: Option<Arc<Board>>,
+    /// Runs on each rank's user thread before its first call (e.g. to make its GPU current).
+    pub on_rank_thread: Option<RankHook>,
+}
+
+/// A function of the world rank, run on that rank's user thread ([`Options::on_rank_thread`]).
+#[derive(Clone)]
+pub struct RankHook(pub Arc<dyn Fn(usize) + Send + Sync>);
+
+impl std::fmt::Debug for RankHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RankHook")
+    }
 }
 
 impl Default for Options {
@@ -496,6 +508,7 @@ impl Default for Options {
             nic_hang: None,
             pause: None,
             board: None,
+            on_rank_thread: None,
         }
     }
 }
@@ -688,6 +701,9 @@ impl Workload {
         }
         if !self.options.spin {
             time::sleeping_thread();
+        }
+        if let Some(hook) = &self.options.on_rank_thread {
+            (hook.0)(w);
         }
         let calls_before = plugin::calls_on_this_thread();
         let done = Arc::new(Done::new());

@@ -1,6 +1,7 @@
 //! The culprit benchmark's job: [`HOSTS`] hosts of [`PER_HOST`] ranks, one process per host with
 //! its own identity (`host.name`, `job.node_name`), as a job runs one process per host when it
-//! launches one per GPU group. Local rank `l` of every host forms the rail communicator `rail{l}`
+//! launches one per GPU group; local rank `l` drives GPU `l` (the CUDA driver's stand-in,
+//! `support::cuda`), with a NIC of its own. Local rank `l` of every host forms the rail communicator `rail{l}`
 //! (a ring over the hosts, every link over the network, as data parallelism across nodes runs),
 //! so each host has one rank in each of the [`PER_HOST`] rings and its NIC carries all of them.
 //! The ranks are coupled through a [`Board`] in shared memory: a send waits for its receive to be
@@ -27,10 +28,11 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cuda;
 use super::emulator::board::{self, Board};
 use super::emulator::release::Release;
 use super::emulator::{
-    Call, CommSpec, Degrade, GpuStall, Late, Link, Links, Network, NicHang, Pause, Plugin, Stall, Workload,
+    Call, CommSpec, Degrade, GpuStall, Late, Link, Links, Network, NicHang, Pause, Plugin, RankHook, Stall, Workload,
 };
 
 /// Hosts of the job.
@@ -190,6 +192,7 @@ const ENV_SEED: &str = "NCCL_JOB_SEED";
 const ENV_ID: &str = "NCCL_JOB_ID";
 const ENV_BOARD: &str = "NCCL_JOB_BOARD";
 const ENV_ITERATIONS: &str = "NCCL_JOB_ITERATIONS";
+const ENV_CUDA: &str = "NCCL_JOB_CUDA_STUB";
 
 /// The healthy iteration's length, about (the AllReduce's time on the wire plus [`GAP`]).
 pub fn iteration() -> Duration {
@@ -230,6 +233,7 @@ impl Case {
                     .env(ENV_ID, self.id.to_string())
                     .env(ENV_BOARD, &board)
                     .env(ENV_ITERATIONS, iterations.to_string())
+                    .env(ENV_CUDA, cuda::build())
                     .env("EMU_NCCL", self.release.to_string())
                     .env("OTEL_RESOURCE_ATTRIBUTES", resource)
                     .env("NCCL_PROFILER_OTEL_TELEMETRY_ENDPOINT", endpoint)
@@ -311,7 +315,12 @@ pub fn host_main() -> bool {
         w = w.comm(spec);
     }
     let board = Arc::new(board);
+    let driver = cuda::Driver::open(Path::new(&var(ENV_CUDA)));
     let w = w.options(|o| {
+        // Local rank l drives GPU l (and its NIC), as the plugin finds in the driver.
+        o.on_rank_thread = Some(RankHook(Arc::new(move |w| {
+            driver.set_device(Some((w % PER_HOST) as u8))
+        })));
         o.chunk_bytes = CHUNK;
         o.gap = GAP;
         o.realtime = false;

@@ -160,23 +160,14 @@ impl Server {
             .collect())
     }
 
-    /// The active (pending or firing) alerts: their labels.
-    pub fn alerts(&self) -> Result<Vec<BTreeMap<String, String>>, String> {
-        self.alerts_where(|_| true)
-    }
-
     /// The firing alerts (their `for` passed): their labels.
     #[allow(dead_code)] // the culprit benchmark's
     pub fn firing(&self) -> Result<Vec<BTreeMap<String, String>>, String> {
-        self.alerts_where(|a| a["state"] == "firing")
-    }
-
-    fn alerts_where(&self, keep: impl Fn(&Value) -> bool) -> Result<Vec<BTreeMap<String, String>>, String> {
         let data = self.api("alerts", &[])?;
         let alerts = data["alerts"].as_array().cloned().unwrap_or_default();
         Ok(alerts
             .iter()
-            .filter(|a| keep(a))
+            .filter(|a| a["state"] == "firing")
             .map(|a| labels(&a["labels"]))
             .collect())
     }
