@@ -96,7 +96,6 @@ fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
     prom::attr(&resource.attributes, "service.instance.id").expect("service.instance.id")
 }
 
-/// The labels that name an alert's culprit, rank `rank` of the scenarios' process.
 /// Every alert of the rules.
 const ALERTS: [&str; 6] = [
     "NcclRankHung",
@@ -107,6 +106,7 @@ const ALERTS: [&str; 6] = [
     "NcclSlowHost",
 ];
 
+/// The labels that name an alert's culprit, rank `rank` of the scenarios' process.
 fn culprit(rank: &str) -> [(&'static str, &str); 4] {
     [
         ("culprit_rank", rank),
@@ -332,15 +332,15 @@ fn own_labels(labels: &[(&str, &str)]) -> Vec<(String, String)> {
     labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
 
-/// The largest value of gauge `name` in one request.
 /// Whether `req` has a point of communicator `hash` (`0x…`).
-fn series_at_comm(req: &ExportMetricsServiceRequest, hash: &str) -> bool {
+fn has_comm(req: &ExportMetricsServiceRequest, hash: &str) -> bool {
     metrics(std::slice::from_ref(req))
         .into_iter()
         .flat_map(points)
         .any(|p| p.attrs.get("nccl.comm.hash").is_some_and(|h| h == hash))
 }
 
+/// The largest value of gauge `name` in one request.
 fn series_at(req: &ExportMetricsServiceRequest, name: &str) -> f64 {
     metrics(std::slice::from_ref(req))
         .into_iter()
@@ -416,7 +416,7 @@ pub fn server(
     let last_export = |hash: &str| {
         reqs.iter()
             .rev()
-            .find(|r| series_at_comm(r, hash))
+            .find(|r| has_comm(r, hash))
             .map(prom::collected)
             .unwrap_or_else(|| fail(format!("no export of {hash}")))
     };

@@ -1,9 +1,9 @@
 //! The CUDA driver's stand-in (`examples/cuda_stub`): a library whose soname is `libcuda.so.1`,
 //! built once per test process by a nested cargo (`shipped::cargo_build`, in a target directory of
-//! its own under the tests' temporary directory) and loaded by path as the CUDA runtime loads the driver
-//! (`RTLD_NOW | RTLD_LOCAL`), never unloaded ([`Driver::open`]: one built by another process, as
-//! the culprit job's host processes load their parent's). The plugin then finds it as it finds the driver,
-//! with `dlopen("libcuda.so.1", RTLD_NOLOAD)`. [`Driver::set_device`] makes a device current on
+//! its own under the tests' temporary directory) and loaded by path as the CUDA runtime loads the
+//! driver (`RTLD_NOW | RTLD_LOCAL`), never unloaded ([`Driver::open`]: one built by another
+//! process, as the culprit job's host processes load their parent's). The plugin then finds it as
+//! it finds the driver, with `dlopen("libcuda.so.1", RTLD_NOLOAD)`. [`Driver::set_device`] makes a device current on
 //! the calling thread; [`uuid`] and [`pci_bus_id`] are what DCGM calls that device.
 //! Called on: test threads; the build and load run once, under a `OnceLock`.
 #![allow(dead_code)]

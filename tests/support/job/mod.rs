@@ -1,9 +1,10 @@
 //! The culprit benchmark's job: [`HOSTS`] hosts of [`PER_HOST`] ranks, one process per host with
 //! its own identity (`host.name`, `job.node_name`), as a job runs one process per host when it
-//! launches one per GPU group; local rank `l` drives GPU `l` (the CUDA driver's stand-in,
-//! `support::cuda`), with a NIC of its own. Local rank `l` of every host forms the rail communicator `rail{l}`
+//! launches one per GPU group. Local rank `l` of every host forms the rail communicator `rail{l}`
 //! (a ring over the hosts, every link over the network, as data parallelism across nodes runs),
-//! so each host has one rank in each of the [`PER_HOST`] rings and its NIC carries all of them.
+//! so each host has one rank in each of the [`PER_HOST`] rings; local rank `l` drives GPU `l` (the
+//! CUDA driver's stand-in, `support::cuda`) and sends on a wire of its own (its NIC, the
+//! emulator's wire per rank), and a slow host NIC slows the wires of all of them.
 //! The ranks are coupled through a [`Board`] in shared memory: a send waits for its receive to be
 //! posted, a receive for the data its sender handed to the network, so a late, hung or absent rank
 //! holds its ring, as NCCL's ranks do. Every process exports through the plugin at its defaults
@@ -317,9 +318,8 @@ pub fn host_main() -> bool {
     let board = Arc::new(board);
     let driver = cuda::Driver::open(Path::new(&var(ENV_CUDA)));
     let w = w.options(|o| {
-        // Local rank l drives GPU l (and its NIC), as the plugin finds in the driver.
-        o.on_rank_thread = Some(RankHook(Arc::new(move |w| {
-            driver.set_device(Some((w % PER_HOST) as u8))
+        o.on_rank_thread = Some(RankHook(Arc::new(move |rank| {
+            driver.set_device(Some((rank % PER_HOST) as u8))
         })));
         o.chunk_bytes = CHUNK;
         o.gap = GAP;
