@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use super::bandwidth::coll_size;
 use super::lifetime::Life;
-use crate::record::handle::Handle;
+use crate::record::handle::{EPOCH_MASK, Handle};
 use crate::record::{Body, Func, Mark, Record};
 
 /// How long an operation may go without a child that tells its completion before it is no longer
@@ -474,6 +474,16 @@ impl Flight {
         let hang = self.hang(stuck?.0, now);
         self.episodes += 1;
         hang
+    }
+
+    /// Whether an operation recorded in window `window` at `epoch` has an open child and made
+    /// progress within `within` of `now`: its stops are still to come to that window.
+    pub fn progressing_in(&self, window: u8, epoch: u32, now: Instant, within: Duration) -> bool {
+        self.roots.iter().any(|(&id, r)| {
+            r.open > 0
+                && now.saturating_duration_since(r.last) < within
+                && Handle::decode(id).is_some_and(|h| h.window() == window && h.epoch() == epoch & EPOCH_MASK)
+        })
     }
 
     /// The diagnosis of the stuck operation `h` now.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::shed::{Controller, SLOT_BYTES, Signals};
-use super::{Comm, LIVE, LOST, Locked, NONE, Route, SETTLE, WINDOWS, forced};
+use super::{Comm, HOLD_PROGRESSING, LIVE, LOST, Locked, NONE, Route, SETTLE, WINDOWS, forced};
 use crate::aggregate::flight::{CommProgress, Flight};
 use crate::aggregate::lifetime::Life;
 use crate::aggregate::link::summarize_in;
@@ -135,9 +135,10 @@ impl Consumer {
 }
 
 /// How long children recorded in a later window wait for their operation's window: longer than
-/// a window can stay CLOSING (its grace period, one interval, plus the settle time).
+/// a window can stay CLOSING (its grace period, one interval, held while its operations progress,
+/// plus the settle time).
 fn pending_ttl(config: &Config) -> Duration {
-    2 * config.interval + SETTLE
+    config.interval + config.interval.max(HOLD_PROGRESSING) + SETTLE
 }
 
 impl Track {
@@ -176,7 +177,8 @@ impl Comm {
 
     /// Consumer step: finishes draining windows, closes the current window on the count or time
     /// trigger, processes every CLOSING window whose events finished (after [`SETTLE`]) or whose
-    /// grace period (one interval) ran out, oldest first, and releases the operations of the
+    /// grace period (one interval, held while an operation of it progresses, up to
+    /// [`HOLD_PROGRESSING`]) ran out, oldest first, and releases the operations of the
     /// table of open operations that are due; then decides the shed level of the windows armed
     /// next from what the pass saw and `busy`, the fraction of recent time the telemetry thread
     /// spent working. Called on: the telemetry thread.
@@ -207,7 +209,9 @@ impl Comm {
                 let t = &c.tracks[i];
                 let age = now.saturating_duration_since(t.since);
                 let done = age >= SETTLE && t.open <= 0;
-                (done || age >= grace).then(|| self.process(&mut c, i, secs_per_tick, now))?
+                let held = age < grace.max(HOLD_PROGRESSING)
+                    && c.open.flight.progressing_in(i as u8, self.windows[i].epoch(), now, grace);
+                (done || age >= grace && !held).then(|| self.process(&mut c, i, secs_per_tick, now))?
             })
             .collect();
         summaries.extend(self.release_idle(&mut c, secs_per_tick, now));

@@ -134,6 +134,10 @@ fn forced() -> Option<u8> {
 /// A CLOSING window waits at least this long for children of its last roots (a ProxyOp can
 /// start just after its Coll stopped), then until nothing is open, at most the grace period.
 pub const SETTLE: Duration = Duration::from_millis(20);
+/// Longest a CLOSING window waits (from its closing) for operations of it that still progress
+/// after its grace period (a collective longer than the interval): their stops land in it. Then
+/// it is processed with them open and their later states and stops are lost (counted late).
+pub const HOLD_PROGRESSING: Duration = Duration::from_secs(60);
 /// How soon the telemetry thread looks again at a [`Comm::busy`] communicator: between two looks
 /// a window may take a quarter of its capacity beyond the count trigger (up to the root share)
 /// before new events are dropped, 25,000 records at the default capacity, so 1 ms keeps up with

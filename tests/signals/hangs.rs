@@ -11,8 +11,11 @@
 //!   events the plugin uses), each under the communicator hash and rank learned from the
 //!   collective before, in the exported series and the log line. The P2P receives the plugin declines come back from 2.23–2.25 as
 //!   `stopEvent(NULL)` (a Send/Recv on another communicator): not rejected inputs (`events.rejected{nccl.reason=null_arg}` stays 0),
-//!   while a NULL stop through a table whose NCCL never sends one still counts.
+//!   while a NULL stop through a table whose NCCL never sends one still counts;
+//! - (g) two AllReduces longer than the threshold and than a window's grace period: no hang, no
+//!   record lost as late (the window waits for the stops of its operations while they progress).
 
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use nccl_profiler_otel::ffi;
@@ -62,6 +65,13 @@ fn a_peer_that_never_posts_is_named_on_2_26() {
     legacy("2.26.6");
 }
 
+/// (g) A collective longer than the hang threshold and than a window's grace period (one interval)
+/// keeps progressing: no hang, and its window waits for its stops (none lost as late).
+#[test]
+fn a_long_collective_that_progresses_is_no_hang() {
+    parent("long");
+}
+
 /// Case (f) on `release`: its hang lines (stderr) name the peer, all under the learned identity.
 fn legacy(release: &str) {
     let text = parent(release);
@@ -91,6 +101,9 @@ fn child() {
     let dir = std::env::temp_dir().join(format!("nccl-otel-hangs-{}", std::process::id()));
     // SAFETY: this process's only test, before its first `init`.
     let path = unsafe { super::export_to(&dir, INTERVAL, THRESHOLD, &[]) };
+    if case == "long" {
+        return long(&dir, &path);
+    }
     let gpu = case == "gpu";
     release::set(if gpu {
         Release::V2_30_7
@@ -178,6 +191,47 @@ fn child() {
         assert_eq!((STATS.null_args.get(), STATS.declined.get()), (null + 1, declined + 1));
     }
     p.close();
+}
+
+/// Case (g), in the child: two AllReduces of about 1.4 s each on 1 GB/s links (the emulator
+/// measures them), at an interval of 0.1 s and a threshold of 0.5 s.
+fn long(dir: &Path, path: &Path) {
+    release::set(Release::V2_31_2);
+    let p = Plugin::in_process();
+    let ring = CommSpec::new("long", 0..3)
+        .with_hash(HASH)
+        .call(Call::all_reduce(1 << 30));
+    let report = Workload::new(Network::new(3, 1, Link::new_us(30.0, 1.0)))
+        .comm(ring)
+        .iterations(2)
+        .run(&p);
+    p.close();
+    let reqs = decode(&std::fs::read_to_string(path).unwrap());
+    let _ = std::fs::remove_dir_all(dir);
+    let threshold = Duration::from_secs_f64(THRESHOLD);
+    for c in &report.collectives {
+        let took = c.last_op_stop.expect("stopped").duration_since(c.start);
+        assert!(
+            took > 2 * threshold,
+            "rank {} seq {}: {took:?} is no long collective",
+            c.rank,
+            c.seq
+        );
+    }
+    for rank in 0..3 {
+        assert_eq!(
+            episodes(&reqs, HASH, rank),
+            0.0,
+            "rank {rank}: {:?}",
+            logger::warnings()
+        );
+        let late: f64 = series(&reqs, "nccl.profiler.events.dropped", HASH, rank)
+            .iter()
+            .filter(|(_, a, ..)| a["nccl.reason"] == "late")
+            .map(|p| p.2)
+            .fold(0.0, f64::max);
+        assert_eq!(late, 0.0, "rank {rank}: records lost as late");
+    }
 }
 
 /// The last value of `nccl.profiler.events.rejected{nccl.reason=null_arg}`.

@@ -44,6 +44,9 @@ pub const PER_HOST: usize = 8;
 pub const CHANNELS: u8 = 1;
 /// Each iteration's AllReduce, per rank.
 pub const BYTES: u64 = 32 << 20;
+/// Each iteration's AllReduce in the long-collectives run: about 6.4 s on the wire, longer than
+/// the plugin's 5 s hang threshold, progressing all the time.
+pub const LONG_BYTES: u64 = 4 << 30;
 /// A network step's payload: each ring slice of a channel is one step.
 pub const CHUNK: u64 = 4 << 20;
 /// The compute between two iterations.
@@ -101,7 +104,14 @@ pub enum Fault {
     Absent { rank: usize },
     /// The rank stops calling NCCL for `secs` (a checkpoint), the others wait: healthy.
     Checkpoint { rank: usize, secs: u64 },
+    /// Every proxy thread is preempted every [`PREEMPT_EVERY`] send steps (host noise): healthy.
+    Preempted,
+    /// Every AllReduce is [`LONG_BYTES`]: healthy.
+    LongCollectives,
 }
+
+/// How often a proxy thread of the [`Fault::Preempted`] run is preempted, in send steps.
+pub const PREEMPT_EVERY: u64 = 10;
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -114,6 +124,8 @@ impl fmt::Display for Fault {
             Fault::Hung { rank, at } => write!(f, "hung-{} {rank}", format!("{at:?}").to_lowercase()),
             Fault::Absent { rank } => write!(f, "absent {rank}"),
             Fault::Checkpoint { rank, secs } => write!(f, "checkpoint {rank} {secs}"),
+            Fault::Preempted => write!(f, "preempted"),
+            Fault::LongCollectives => write!(f, "long-collectives"),
         }
     }
 }
@@ -157,13 +169,27 @@ impl Fault {
                 rank: n(1)?,
                 secs: n(2)? as u64,
             },
+            "preempted" => Fault::Preempted,
+            "long-collectives" => Fault::LongCollectives,
             _ => return None,
         })
     }
 
     /// Whether a run with it is healthy (no culprit to name).
     pub fn healthy(&self) -> bool {
-        matches!(self, Fault::None | Fault::Checkpoint { .. })
+        matches!(
+            self,
+            Fault::None | Fault::Checkpoint { .. } | Fault::Preempted | Fault::LongCollectives
+        )
+    }
+
+    /// Each iteration's AllReduce, per rank.
+    pub fn bytes(&self) -> u64 {
+        if *self == Fault::LongCollectives {
+            LONG_BYTES
+        } else {
+            BYTES
+        }
     }
 }
 
@@ -195,9 +221,10 @@ const ENV_BOARD: &str = "NCCL_JOB_BOARD";
 const ENV_ITERATIONS: &str = "NCCL_JOB_ITERATIONS";
 const ENV_CUDA: &str = "NCCL_JOB_CUDA_STUB";
 
-/// The healthy iteration's length, about (the AllReduce's time on the wire plus [`GAP`]).
-pub fn iteration() -> Duration {
-    let steps = 2 * (HOSTS as u64 - 1) * u64::from(CHANNELS);
+/// The healthy iteration's length with AllReduces of `bytes`, about (their time on the wire
+/// plus [`GAP`]).
+pub fn iteration(bytes: u64) -> Duration {
+    let steps = 2 * (HOSTS as u64 - 1) * (bytes / HOSTS as u64).div_ceil(CHUNK);
     GAP + link().transfer(CHUNK) * steps as u32
 }
 
@@ -217,7 +244,8 @@ impl Case {
     pub fn spawn(&self, command: impl Fn() -> Command, endpoint: &str, dir: &Path) -> Running {
         let board = dir.join(format!("board-{}", self.id));
         let start = Instant::now();
-        let iterations = (self.length().as_secs_f64() / iteration().as_secs_f64()).ceil() as usize + 10;
+        let iterations =
+            (self.length().as_secs_f64() / iteration(self.fault.bytes()).as_secs_f64()).ceil() as usize + 10;
         let children = (0..HOSTS)
             .map(|h| {
                 let resource = format!(
@@ -311,7 +339,7 @@ pub fn host_main() -> bool {
         let spec = CommSpec::new(&format!("rail{l}"), members)
             .with_hash(hash)
             .channels(CHANNELS)
-            .call(Call::all_reduce(BYTES))
+            .call(Call::all_reduce(fault.bytes()))
             .emulate([host as i32]);
         w = w.comm(spec);
     }
@@ -328,7 +356,7 @@ pub fn host_main() -> bool {
         o.board = Some(board);
         match fault {
             Fault::Straggler { rank, share } if mine(rank) => {
-                o.late = Some(Late::from(rank, iteration().mul_f64(share), at));
+                o.late = Some(Late::from(rank, iteration(BYTES).mul_f64(share), at));
             }
             Fault::Hung { rank, at: Where::Proxy } if mine(rank) => o.stall = Some(Stall::at(rank, at, hold)),
             Fault::Hung { rank, at: Where::Gpu } if mine(rank) => o.gpu_stall = Some(GpuStall::at(rank, at, hold)),
@@ -350,6 +378,7 @@ pub fn host_main() -> bool {
                     hold: Duration::from_secs(secs),
                 })
             }
+            Fault::Preempted => o.preempt_every = PREEMPT_EVERY,
             _ => {}
         }
     });

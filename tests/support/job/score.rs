@@ -59,7 +59,7 @@ impl Fault {
     /// What a correct alert names; `None` for a healthy run.
     pub fn culprit(&self) -> Option<Named> {
         Some(match *self {
-            Fault::None | Fault::Checkpoint { .. } => return None,
+            Fault::None | Fault::Checkpoint { .. } | Fault::Preempted | Fault::LongCollectives => return None,
             Fault::SlowLink { src, dst, .. } | Fault::Flapping { src, dst } => Named::SlowLink { src, dst },
             Fault::SlowNic { host, .. } => Named::SlowHost { host },
             Fault::Straggler { rank, .. } => Named::SlowRank { rank },
