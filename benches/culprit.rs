@@ -16,9 +16,9 @@
 //! correct firing (the alerts are read every second).
 //!
 //! `cargo bench --bench culprit` runs one case of each kind, healthy ones included, per release
-//! (about 12 minutes); `-- --full` every case, two healthy jobs of each healthy kind (about an hour); `-- --nccl 2.27.7` one release;
-//! `-- --parallel N` jobs at once (4); `-- --seeds tune` the seeds the thresholds were tuned on
-//! (the report uses the others).
+//! (about 11 minutes); `-- --full` every case, two healthy jobs of each healthy kind (about an
+//! hour); `-- --nccl 2.27.7` one release; `-- --parallel N` jobs at once (4); `-- --seeds tune` the
+//! seeds the thresholds were tuned on (the report uses the others).
 
 #[path = "../tests/support"]
 mod support {

@@ -179,6 +179,8 @@ fn rule_inputs(reqs: &[ExportMetricsServiceRequest]) -> Series {
     let read = [
         "nccl_progress_hang_stuck_seconds{",
         "nccl_progress_peer_wait_seconds_bucket{",
+        "nccl_progress_peer_wait_seconds_sum{",
+        "nccl_coll_duration_seconds_sum{",
         "nccl_link_throughput_bytes_per_second{",
         "nccl_comm_member{",
     ];

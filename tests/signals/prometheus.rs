@@ -276,6 +276,8 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             "- name: ",
             "nccl_link_throughput",
             "peer_wait_seconds_bucket",
+            "peer_wait_seconds_sum",
+            "coll_duration_seconds_sum",
             "hang_stuck",
         ];
         let lines: Vec<&str> = yaml.lines().collect();
