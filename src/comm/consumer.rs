@@ -135,10 +135,15 @@ impl Consumer {
 }
 
 /// How long children recorded in a later window wait for their operation's window: longer than
-/// a window can stay CLOSING (its grace period, one interval, held while its operations progress,
-/// plus the settle time).
+/// a window can stay CLOSING ([`longest_closing`]), plus an interval and the settle time.
 fn pending_ttl(config: &Config) -> Duration {
-    config.interval + config.interval.max(HOLD_PROGRESSING) + SETTLE
+    config.interval + longest_closing(config.interval) + SETTLE
+}
+
+/// The longest a window stays CLOSING at interval `interval`: its grace period (one interval),
+/// held while an operation of it progresses up to [`HOLD_PROGRESSING`].
+fn longest_closing(interval: Duration) -> Duration {
+    interval.max(HOLD_PROGRESSING)
 }
 
 impl Track {
@@ -209,9 +214,13 @@ impl Comm {
                 let t = &c.tracks[i];
                 let age = now.saturating_duration_since(t.since);
                 let done = age >= SETTLE && t.open <= 0;
-                let held = age < grace.max(HOLD_PROGRESSING)
-                    && c.open.flight.progressing_in(i as u8, self.windows[i].epoch(), now, grace);
-                (done || age >= grace && !held).then(|| self.process(&mut c, i, secs_per_tick, now))?
+                // Past its grace period, held while an operation of it progresses (asked only then).
+                let due = || {
+                    age >= grace
+                        && !(age < longest_closing(grace)
+                            && c.open.flight.progressing_in(i as u8, self.windows[i].epoch(), now, grace))
+                };
+                (done || due()).then(|| self.process(&mut c, i, secs_per_tick, now))?
             })
             .collect();
         summaries.extend(self.release_idle(&mut c, secs_per_tick, now));

@@ -224,7 +224,8 @@ const ENV_CUDA: &str = "NCCL_JOB_CUDA_STUB";
 /// The healthy iteration's length with AllReduces of `bytes`, about (their time on the wire
 /// plus [`GAP`]).
 pub fn iteration(bytes: u64) -> Duration {
-    let steps = 2 * (HOSTS as u64 - 1) * (bytes / HOSTS as u64).div_ceil(CHUNK);
+    let per_channel = bytes / u64::from(CHANNELS);
+    let steps = 2 * (HOSTS as u64 - 1) * (per_channel / HOSTS as u64).div_ceil(CHUNK);
     GAP + link().transfer(CHUNK) * steps as u32
 }
 
