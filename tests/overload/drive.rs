@@ -10,7 +10,7 @@
 //! call and just before its last op stop call. Also what the plugin reported of them
 //! ([`Capture`], [`Seen`]), which the tests and the burst bench read.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -199,25 +199,38 @@ fn work(p: &Plugin, c: &Comm, o: Open, proxy_ctrl: bool, tally: &mut Tally) {
     tally.truth.push((o.bytes, end.duration_since(o.start).as_secs_f64()));
 }
 
-/// Every window summary the plugin made (until [`Capture::stop`]).
-pub struct Capture(Mutex<Option<Vec<WindowSummary>>>);
+/// What the plugin made of each communicator and rank (until [`Capture::stop`]), folded as each
+/// window arrives: keeping the summaries would grow with the run and count as the plugin's memory.
+pub struct Capture(Mutex<Option<HashMap<(u64, i32), Seen>>>);
 
 impl Default for Capture {
     fn default() -> Self {
-        Capture(Mutex::new(Some(Vec::new())))
+        Capture(Mutex::new(Some(HashMap::new())))
     }
 }
 
 impl telemetry::Sink for Capture {
-    fn window(&self, summary: &WindowSummary) {
-        if let Some(kept) = self.0.lock().expect("capture").as_mut() {
-            kept.push(summary.clone());
+    fn window(&self, w: &WindowSummary) {
+        let mut kept = self.0.lock().expect("capture");
+        let Some(kept) = kept.as_mut() else { return };
+        let s = kept.entry((w.comm.hash, w.comm.rank)).or_default();
+        s.records += w.stats.records;
+        s.counted += w.counted.iter().map(|c| c.ops).sum::<u64>();
+        for o in w.colls.iter().flat_map(|g| &g.ops) {
+            s.recorded += 1;
+            let weight = o.sample.weight();
+            if let (Some(d), true) = (o.duration, weight > 0) {
+                s.timed += 1;
+                s.weight += f64::from(weight);
+                s.weighted += f64::from(weight) * d;
+                s.samples.push(o.bytes);
+            }
         }
     }
 }
 
 impl Capture {
-    /// Drops what it kept and keeps nothing more (its memory would count as the plugin's).
+    /// Drops what it kept and keeps nothing more.
     pub fn stop(&self) {
         *self.0.lock().expect("capture") = None;
     }
@@ -242,20 +255,16 @@ impl Capture {
     pub fn seen_rank(&self, hash: u64, rank: Option<i32>) -> Seen {
         Capture::settle();
         let mut s = Seen::default();
-        let mine = |w: &&WindowSummary| w.comm.hash == hash && rank.is_none_or(|r| w.comm.rank == r);
-        for w in self.0.lock().expect("capture").iter().flatten().filter(mine) {
-            s.records += w.stats.records;
-            s.counted += w.counted.iter().map(|c| c.ops).sum::<u64>();
-            for o in w.colls.iter().flat_map(|g| &g.ops) {
-                s.recorded += 1;
-                let weight = o.sample.weight();
-                if let (Some(d), true) = (o.duration, weight > 0) {
-                    s.timed += 1;
-                    s.weight += f64::from(weight);
-                    s.weighted += f64::from(weight) * d;
-                    s.samples.push(o.bytes);
-                }
-            }
+        let kept = self.0.lock().expect("capture");
+        let mine = |((h, r), _): &(&(u64, i32), &Seen)| *h == hash && rank.is_none_or(|rank| *r == rank);
+        for (_, w) in kept.iter().flatten().filter(mine) {
+            s.records += w.records;
+            s.recorded += w.recorded;
+            s.counted += w.counted;
+            s.timed += w.timed;
+            s.weight += w.weight;
+            s.weighted += w.weighted;
+            s.samples.extend_from_slice(&w.samples);
         }
         s
     }
