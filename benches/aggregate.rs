@@ -18,7 +18,8 @@ use nccl_profiler_otel::config::{Config, Export, Exporter};
 use nccl_profiler_otel::export::pipeline::Pipeline;
 use nccl_profiler_otel::record::handle::{CommId, Handle, Kind};
 use nccl_profiler_otel::record::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart, Record};
-use nccl_profiler_otel::telemetry::{self, SelfTelemetry};
+use nccl_profiler_otel::telemetry::report::Reporter;
+use nccl_profiler_otel::telemetry::{self, Report};
 
 const RECORDS: usize = 100_000;
 const WINDOW: WindowId = WindowId {
@@ -220,14 +221,15 @@ fn bench(c: &mut Criterion) {
     let sum = median(&|| {
         black_box(summarize_all(black_box(&records), &meta));
     });
-    // The same window's summary recorded into the export pipeline's SDK instruments, as the
-    // telemetry thread does next (file exporter; no interval ends, so nothing is collected).
+    // The same window's summary added to the interval and recorded into the export pipeline's
+    // SDK instruments, as the telemetry thread does next (file exporter; no interval ends, so
+    // nothing is collected).
     let pipeline = std::cell::RefCell::new(export_pipeline());
     let summary = summarize_all(&records, &meta);
     let record = median(&|| {
-        let mut p = pipeline.borrow_mut();
-        let summaries = std::slice::from_ref(&summary);
-        telemetry::Pipeline::tick(&mut *p, Instant::now(), false, summaries, &SelfTelemetry::default);
+        let (p, r) = &mut *pipeline.borrow_mut();
+        let windows = r.add([summary.clone()]);
+        telemetry::Pipeline::export(p, Report { windows, end: None });
     });
     println!();
     println!(
@@ -246,8 +248,9 @@ fn bench(c: &mut Criterion) {
     );
 }
 
-/// An export pipeline writing OTLP-JSON lines to `/dev/null`.
-fn export_pipeline() -> Pipeline {
+/// An export pipeline writing OTLP-JSON lines to `/dev/null`, with the telemetry thread's
+/// reporter.
+fn export_pipeline() -> (Pipeline, Reporter) {
     let config: &'static Config = Box::leak(Box::new(Config {
         export: Export {
             exporter: Exporter::File,
@@ -256,7 +259,8 @@ fn export_pipeline() -> Pipeline {
         },
         ..Config::default()
     }));
-    Pipeline::new(config, Instant::now()).expect("the file exporter makes a pipeline")
+    let pipeline = Pipeline::new(config).expect("the file exporter makes a pipeline");
+    (pipeline, Reporter::new(config, Instant::now()))
 }
 
 fn config() -> Criterion {

@@ -16,7 +16,7 @@
 //! tables of open operations, the export pipeline's share).
 //!
 //! Then overload (a third child, file exporter): the consumer throttled to [`THROTTLE_NS`] per
-//! record (`comm::set_throttle`), the in-flight driver of `tests/overload` (4 communicators, one
+//! record (`consumer::set_throttle`), the in-flight driver of `tests/overload` (4 communicators, one
 //! thread each, collectives with 4 in flight per communicator); the ceiling in collectives/s is
 //! the throttled consumer's records/s over the records a collective leaves at level 0, and 1×,
 //! 3× and 10× it run for
@@ -38,7 +38,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nccl_profiler_otel::{comm, telemetry};
+use nccl_profiler_otel::comm;
+use nccl_profiler_otel::telemetry::{self, consumer};
 use support::emulator::{self, Comm, H, Plugin, pid, ty};
 
 /// Rungs of the ladder, million callbacks per second.
@@ -152,7 +153,7 @@ fn overload() {
     let records = capture.seen(0xB2_0000).records;
     let per_coll = records as f64 / shape[0].issued.max(1) as f64;
     let ceiling = 1e9 / THROTTLE_NS as f64 / per_coll;
-    comm::set_throttle(THROTTLE_NS);
+    consumer::set_throttle(THROTTLE_NS);
     println!(
         "overload: consumer throttled to {THROTTLE_NS} ns a record, {per_coll:.0} records a collective: ceiling {ceiling:.0} collectives/s"
     );
@@ -181,7 +182,7 @@ fn overload() {
             r.cpu / base.cpu
         );
     }
-    comm::set_throttle(0);
+    consumer::set_throttle(0);
     plugin.finalize(keeper.context);
 }
 
@@ -204,8 +205,10 @@ fn overload_load(p: &Plugin, capture: &drive::Capture, base: u64, rate: f64) -> 
         let comms = &comms;
         let run = s.spawn(move || drive::run(p, comms, OVERLOAD_COMMS, load));
         while !run.is_finished() {
-            let ours = |c: &&comm::Comm| c.is_live() && (base..base + OVERLOAD_COMMS as u64).contains(&c.meta().hash);
-            let seen = comm::all().filter(ours).map(comm::Comm::shed_level);
+            let ours = |c: &consumer::Slot| {
+                c.comm.is_live() && (base..base + OVERLOAD_COMMS as u64).contains(&c.comm.learned_hash())
+            };
+            let seen = consumer::all().filter(ours).map(|c| c.shed_level());
             levels = seen.fold(levels, |(lo, hi), l| (lo.min(l), hi.max(l)));
             std::thread::sleep(Duration::from_millis(10));
         }

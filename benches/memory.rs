@@ -83,7 +83,7 @@ fn main() {
         let at_full = (rss().saturating_sub(base)) as f64 / n as f64;
         for c in &comms {
             let drops = comm::all()
-                .find(|x| x.is_live() && x.meta().hash == c.hash)
+                .find(|x| x.is_live() && x.learned_hash() == c.hash)
                 .map(|x| x.drop_counts().full)
                 .unwrap_or(0);
             assert_eq!(drops, 0, "the window held every record");

@@ -101,6 +101,22 @@ impl Stats {
     }
 }
 
+impl Snapshot {
+    /// What each counter gained since `earlier`.
+    pub fn since(&self, earlier: &Snapshot) -> Snapshot {
+        Snapshot {
+            panics: self.panics.saturating_sub(earlier.panics),
+            null_args: self.null_args.saturating_sub(earlier.null_args),
+            stale: self.stale.saturating_sub(earlier.stale),
+            unknown_types: self.unknown_types.saturating_sub(earlier.unknown_types),
+            unknown_states: self.unknown_states.saturating_sub(earlier.unknown_states),
+            declined: self.declined.saturating_sub(earlier.declined),
+            foreign_ops: self.foreign_ops.saturating_sub(earlier.foreign_ops),
+            foreign_unmatched: self.foreign_unmatched.saturating_sub(earlier.foreign_unmatched),
+        }
+    }
+}
+
 /// The process's counters.
 pub static STATS: Stats = Stats {
     panics: Counter::new(),

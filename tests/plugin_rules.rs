@@ -16,10 +16,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nccl_profiler_otel::aggregate::WindowSummary;
-use nccl_profiler_otel::comm::{self, SETTLE, shed};
+use nccl_profiler_otel::comm::{self, shed};
 use nccl_profiler_otel::record::handle::{Context, Handle, Kind};
 use nccl_profiler_otel::record::{Algo, Datatype, Func, Proto};
 use nccl_profiler_otel::stats::STATS;
+use nccl_profiler_otel::telemetry::consumer::{self, SETTLE};
 use nccl_profiler_otel::telemetry::{self, Sink};
 use nccl_profiler_otel::{clock, config::Config};
 use parking_lot::Mutex;
@@ -81,8 +82,8 @@ fn delivered(hash: u64) -> Vec<WindowSummary> {
 
 /// Polls communicator `hash` as the telemetry thread would at `now`.
 fn poll(hash: u64, now: Instant) -> Vec<WindowSummary> {
-    let c = comm::all()
-        .find(|c| c.meta().hash == hash && c.is_live())
+    let c = consumer::all()
+        .find(|c| c.comm.learned_hash() == hash && c.comm.is_live())
         .expect("live communicator");
     c.poll(now, clock::secs_per_tick())
 }
@@ -537,7 +538,7 @@ fn a_full_window_drops_and_counts_without_waiting() {
     assert!(handles.iter().all(|h| !h.is_null()), "every collective has a handle");
     let accepted: Vec<H> = handles.iter().copied().filter(|&h| !shed(h)).collect();
     assert_eq!(accepted.len(), trigger + roots);
-    let comm = comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap();
+    let comm = comm::all().find(|x| x.learned_hash() == c.hash && x.is_live()).unwrap();
     assert_eq!(comm.level_now(), 4, "two further multiples of the trigger");
     assert_eq!(
         counted(comm),
@@ -587,7 +588,7 @@ fn counted(comm: &comm::Comm) -> u64 {
 
 /// The live communicator of `c`.
 fn live_comm(c: &emulator::Comm) -> &'static comm::Comm {
-    comm::all().find(|x| x.meta().hash == c.hash && x.is_live()).unwrap()
+    comm::all().find(|x| x.learned_hash() == c.hash && x.is_live()).unwrap()
 }
 
 fn kind(h: H) -> Option<Kind> {

@@ -10,8 +10,9 @@ use std::time::Instant;
 
 use crate::emulator::{self, H, Plugin, descr, pid, ty};
 use nccl_profiler_otel::bindings::*;
+use nccl_profiler_otel::clock;
 use nccl_profiler_otel::config::Config;
-use nccl_profiler_otel::{clock, comm};
+use nccl_profiler_otel::telemetry::consumer;
 
 unsafe extern "C" fn empty_init(
     context: *mut *mut c_void,
@@ -182,11 +183,11 @@ impl Bench {
     /// Closes the current window and processes it, as the telemetry thread would (untimed).
     pub fn consume(&mut self) {
         let interval = Config::global().interval;
-        let c = comm::all()
-            .find(|c| c.is_live() && c.meta().hash == self.comm.hash)
+        let c = consumer::all()
+            .find(|c| c.comm.is_live() && c.comm.learned_hash() == self.comm.hash)
             .expect("bench communicator");
         for _ in 0..3 {
-            self.now += interval + comm::SETTLE;
+            self.now += interval + consumer::SETTLE;
             black_box(c.poll(self.now, clock::secs_per_tick()));
         }
     }

@@ -127,8 +127,6 @@ pub struct Interval {
     timelines: BTreeMap<Nic, Timeline>,
     /// Per communicator: operations timed (in the sample) and operations counted.
     sampling: BTreeMap<CommKey, (u64, u64)>,
-    /// ProxyStep detail was shed in the interval ([`Interval::shed`]).
-    shed: bool,
 }
 
 impl Interval {
@@ -141,14 +139,7 @@ impl Interval {
             orders: BTreeMap::new(),
             timelines: BTreeMap::new(),
             sampling: BTreeMap::new(),
-            shed: false,
         }
-    }
-
-    /// Notes that ProxyStep detail was shed during the interval (some communicator's steps went
-    /// unrecorded): its links and channels get no latency, bandwidth or R².
-    pub fn shed(&mut self) {
-        self.shed = true;
     }
 
     /// The queue wait and service time of each of `s`'s operations ([`Order::split`]), in
@@ -166,7 +157,6 @@ impl Interval {
             let entry = self.sampling.entry(CommKey::new(&s.comm, s.comm.rank)).or_default();
             (entry.0, entry.1) = (entry.0 + timed, entry.1 + all);
         }
-        self.shed |= s.stats.bare_ops > 0;
         let nic = Nic::of(&s.comm.gpu);
         let timeline = self.timelines.entry(nic.clone()).or_default();
         for l in &s.links {
@@ -189,9 +179,11 @@ impl Interval {
         }
     }
 
-    /// Ends the interval: its figures, and an empty interval in its place.
-    pub fn close(&mut self) -> Figures {
-        let (mode, shed) = (self.mode, std::mem::take(&mut self.shed));
+    /// Ends the interval: its figures, and an empty interval in its place. With `shed` (ProxyStep
+    /// detail was shed during the interval: some transfers went unrecorded), its links and
+    /// channels get no latency, bandwidth or R² (reason [`SHED`]).
+    pub fn close(&mut self, shed: bool) -> Figures {
+        let mode = self.mode;
         let checks: BTreeMap<Nic, Check> = self.timelines.iter_mut().map(|(n, t)| (n.clone(), t.close())).collect();
         let links = std::mem::take(&mut self.links)
             .into_iter()
@@ -339,12 +331,12 @@ mod tests {
         let mut interval = Interval::new(Mode::Avg);
         interval.add(&summary(0, vec![link(5, 1024)]));
         interval.add(&summary(2, vec![link(5, 2048)]));
-        let figures = interval.close();
+        let figures = interval.close(false);
         assert_eq!(figures.links.len(), 1);
         let l = &figures.links[0];
         assert_eq!((l.comm.rank, l.peer, l.transfers), (5, 1, 2));
         assert_eq!(l.fit.throughput, Some(3072.0 / 2e-5));
-        assert_eq!(interval.close(), Figures::default());
+        assert_eq!(interval.close(false), Figures::default());
     }
 
     /// A link's transfer that found its own link idle is no latency sample while another
@@ -376,19 +368,19 @@ mod tests {
         // flight: one idle size, no fit. Without 8, two sizes fit.
         interval.add(&with(0, 7, queue(&mut [step(0, 30), step(100, 140)])));
         interval.add(&with(0, 8, queue(&mut [step(90, 150)])));
-        let figures = interval.close();
+        let figures = interval.close(false);
         let missing = |hash| figures.links.iter().find(|l| l.comm.hash == hash).unwrap().fit.missing;
         assert_eq!((missing(7), missing(8)), (Some("one_size"), Some("one_size")));
         assert_eq!(figures.channels.len(), 2, "channel 3 of each");
         interval.add(&with(0, 7, queue(&mut [step(1000, 1030), step(1100, 1140)])));
-        let alone = interval.close();
+        let alone = interval.close(false);
         assert_eq!(alone.links[0].fit.missing, None, "{alone:?}");
         // 8 on another GPU: its transfer shares no NIC with 7's.
         interval.add(&with(0, 7, queue(&mut [step(2000, 2030), step(2100, 2140)])));
         let mut other = with(0, 8, queue(&mut [step(2090, 2150)]));
         other.comm.gpu.uuid = Some("GPU-other".into());
         interval.add(&other);
-        let apart = interval.close();
+        let apart = interval.close(false);
         let seven = apart.links.iter().find(|l| l.comm.hash == 7).unwrap();
         assert_eq!(seven.fit.missing, None, "{apart:?}");
     }
@@ -425,13 +417,13 @@ mod tests {
             bytes: 60,
         }];
         interval.add(&s);
-        let f = interval.close();
+        let f = interval.close(true);
         let fit = f.links[0].fit;
         assert_eq!((fit.latency, fit.bandwidth, fit.r2, fit.missing), (None, None, None, Some(SHED)));
         assert!(fit.throughput.is_some());
         assert_eq!(f.sampling, vec![(CommKey::new(&s.comm, 0), 0.125)]);
         interval.add(&summary(0, vec![link(0, 1024)]));
-        let f = interval.close();
+        let f = interval.close(false);
         assert_ne!(f.links[0].fit.missing, Some(SHED));
         assert!(f.sampling.is_empty(), "no operations: no ratio");
     }

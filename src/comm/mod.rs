@@ -1,5 +1,7 @@
-//! Per-communicator state: identity, the four windows, routing of records, drop counters, and the
-//! consumer side that closes, processes and recycles windows.
+//! Per-communicator state: identity, the four windows, routing of records, drop counters. The
+//! consumer side that closes, processes and recycles windows is the telemetry thread's
+//! (`crate::telemetry::consumer`); this module gives it the windows' consumer role ([`Held`]) and
+//! the route's consumer edges ([`Comm::arm`]).
 //!
 //! Communicators live in a fixed registry of [`MAX_COMMS`] slots. A slot's `Comm` is allocated on
 //! first use and kept for the life of the process (type-stable), and reused by later
@@ -19,47 +21,36 @@
 //! open operations links them; states and stops go to their event's window.
 //!
 //! Threads: NCCL user and proxy threads call [`Comm::start`] and [`Comm::append`] (lock-free,
-//! [`producer`]); the telemetry thread and `finalize` call [`Comm::poll`] and [`Comm::finalize`]
-//! under the communicator's consumer lock ([`consumer`]); `init` calls [`register`] under the
-//! registry lock ([`registry`]).
+//! [`producer`]); the consumer (the telemetry thread, `finalize`) takes the communicator's
+//! consumer lock ([`Comm::lock`]); `init` calls [`register`] under the registry lock
+//! ([`registry`]).
 #![forbid(unsafe_code)]
 
-mod consumer;
 pub mod counts;
-#[cfg(all(test, nccl_loom))]
-mod loom;
 mod producer;
 mod registry;
 pub mod shed;
-#[cfg(test)]
-mod tests;
 
 #[cfg(test)]
-pub(crate) use registry::TESTS;
-#[cfg(any(test, feature = "testing"))]
-pub use consumer::set_throttle;
-pub use consumer::take_hang_started;
+pub(crate) use registry::{TESTS, bucket};
 #[cfg(any(test, feature = "testing"))]
 pub use registry::get;
 pub use registry::{all, find_by_hash_tag, get_context, get_slot, register};
 
-use std::time::Duration;
-
 use crossbeam_utils::CachePadded;
 
 use crate::buffer::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use crate::buffer::window::{Held, Window, Windows};
+use crate::buffer::window::{self, Window, WindowState, Windows};
 use crate::config::Config;
 use crate::record::CommMeta;
-use crate::record::handle::{Context, GEN_MASK};
-use consumer::Consumer;
+use crate::record::handle::{CommId, Context, GEN_MASK};
 
 /// Windows per communicator.
 pub const WINDOWS: usize = 4;
-/// A communicator's consumer lock, held: its [`Consumer`] state and its windows' consumer role.
-type Locked<'a> = Held<'a, Consumer, WINDOWS>;
+/// A communicator's consumer lock, held: its windows' consumer role.
+pub type Held<'a> = window::Held<'a, (), WINDOWS>;
 /// The standby of [`Comm::route`] when no window is armed.
-const NONE: u8 = u8::MAX;
+pub const NONE: u8 = u8::MAX;
 
 
 /// A [`Comm::route`] value: the current window and the standby, with their shed levels
@@ -79,7 +70,7 @@ pub struct Route {
 
 impl Route {
     /// `current` with no standby, at `level`.
-    const fn alone(current: u8, level: u8) -> Route {
+    pub const fn alone(current: u8, level: u8) -> Route {
         Route {
             current,
             standby: NONE,
@@ -89,13 +80,13 @@ impl Route {
     }
 
     /// The atomic's value.
-    const fn pack(self) -> u32 {
+    pub const fn pack(self) -> u32 {
         u32::from_le_bytes([self.current, self.standby, self.level, self.standby_level])
     }
 
     /// The route of an atomic's value.
     #[inline(always)]
-    const fn unpack(bits: u32) -> Route {
+    pub const fn unpack(bits: u32) -> Route {
         let [current, standby, level, standby_level] = bits.to_le_bytes();
         Route {
             current,
@@ -121,7 +112,7 @@ pub fn force_level(level: Option<u8>) {
 
 /// The level [`force_level`] set, if any.
 #[inline(always)]
-fn forced() -> Option<u8> {
+pub fn forced() -> Option<u8> {
     #[cfg(any(test, feature = "testing"))]
     {
         u8::try_from(FORCED.load(std::sync::atomic::Ordering::SeqCst)).ok()
@@ -131,25 +122,13 @@ fn forced() -> Option<u8> {
         None
     }
 }
-/// A CLOSING window waits at least this long for children of its last roots (a ProxyOp can
-/// start just after its Coll stopped), then until nothing is open, at most the grace period.
-pub const SETTLE: Duration = Duration::from_millis(20);
-/// Longest a CLOSING window waits (from its closing) for operations of it that still progress
-/// after its grace period (a collective longer than the interval): their stops land in it. Then
-/// it is processed with them open and their later states and stops are lost (counted late).
-pub const HOLD_PROGRESSING: Duration = Duration::from_secs(60);
-/// How soon the telemetry thread looks again at a [`Comm::busy`] communicator: between two looks
-/// a window may take a quarter of its capacity beyond the count trigger (up to the root share)
-/// before new events are dropped, 25,000 records at the default capacity, so 1 ms keeps up with
-/// 25 M records/s per communicator where the usual 10 ms tick keeps up with 2.5 M.
-pub const BUSY_TICK: Duration = Duration::from_millis(1);
 /// Share of a window's capacity open to new events (the rest is headroom for their children,
 /// states and stops); the count trigger is capped to it too.
 pub const ROOT_SHARE: (u64, u64) = (3, 4);
 /// `state` bit of a live communicator.
-const LIVE: u32 = 1 << 31;
+pub const LIVE: u32 = 1 << 31;
 /// Bit of a `lost` entry that is set (the low bits are the window's epoch).
-const LOST: u32 = 1 << 31;
+pub const LOST: u32 = 1 << 31;
 
 /// Records that could not be kept, by reason.
 #[derive(Default)]
@@ -166,6 +145,7 @@ pub struct Drops {
 }
 
 impl Drops {
+    /// Zeroes every counter (a new communicator in the slot).
     fn reset(&self) {
         [&self.full, &self.late, &self.unpublished, &self.shed]
             .iter()
@@ -189,9 +169,9 @@ pub struct DropCounts {
 /// One communicator's state.
 pub struct Comm {
     /// Registry slot.
-    index: u16,
+    pub(crate) index: u16,
     /// `generation | LIVE` while initialised, `generation` after finalize.
-    state: AtomicU32,
+    pub(crate) state: AtomicU32,
     /// [`Context::tag`] of the communicator hash, for PXN matching and context checks.
     hash_tag: AtomicU64,
     /// The communicator's hash and our rank: from `init`, or (ABI v1–v3, whose `init` gets
@@ -205,19 +185,19 @@ pub struct Comm {
     /// of the current window, or the consumer's own trigger, makes it current, so a busy window
     /// never waits for the telemetry thread to be scheduled. With each window its shed level
     /// ([`Route`]): the hot path reads the current window and its level in one load.
-    route: AtomicU32,
+    pub(crate) route: AtomicU32,
     /// Claims a new event may take in its lane of the current window.
     root_limit: u64,
     /// Claims in a lane of the current window (or, for the consumer, in all of them) that switch
     /// it to the standby window: the count trigger, at most `root_limit`.
-    count_trigger: u64,
-    /// The windows, with the consumer lock that guards their consumer role and the [`Consumer`].
-    windows: Windows<Consumer, WINDOWS>,
+    pub(crate) count_trigger: u64,
+    /// The windows, with the consumer lock that guards their consumer role.
+    pub(crate) windows: Windows<(), WINDOWS>,
     /// Per window, `LOST | epoch` when a child of one of its operations was dropped for lack of
     /// room during that epoch: the consumer withholds the times of its operations.
-    lost: [AtomicU32; WINDOWS],
+    pub(crate) lost: [AtomicU32; WINDOWS],
     /// A child of an operation whose window was already processed was dropped.
-    lost_held: AtomicBool,
+    pub(crate) lost_held: AtomicBool,
     /// Per window, its epoch when the communicator was made live: handles with older epochs are
     /// an earlier communicator's (stale), not late records of this one.
     born: [AtomicU32; WINDOWS],
@@ -243,7 +223,9 @@ struct OpCounts {
 }
 
 impl Comm {
-    fn new(index: u16, config: &Config) -> Option<Comm> {
+    /// A communicator slot's state before its first `register`; `None` when its windows cannot be
+    /// allocated.
+    pub fn new(index: u16, config: &Config) -> Option<Comm> {
         let w = || Window::new(config.capacity);
         let root_limit = u64::from(config.capacity) * ROOT_SHARE.0 / ROOT_SHARE.1;
         Some(Comm {
@@ -255,7 +237,7 @@ impl Comm {
             route: AtomicU32::new(Route::alone(0, 0).pack()),
             root_limit,
             count_trigger: u64::from(config.count_trigger).min(root_limit),
-            windows: Windows::new([w()?, w()?, w()?, w()?], Consumer::new(config)),
+            windows: Windows::new([w()?, w()?, w()?, w()?], ()),
             lost: std::array::from_fn(|_| AtomicU32::new(0)),
             lost_held: AtomicBool::new(false),
             born: std::array::from_fn(|_| AtomicU32::new(0)),
@@ -266,29 +248,102 @@ impl Comm {
         })
     }
 
-    /// Makes this slot's communicator live under `generation`, with a fresh first window. The
-    /// caller holds the slot's consumer lock `c` (and, in `register`, the registry lock); the slot
-    /// is not live and every window is READY.
-    fn activate(&self, c: &mut Locked<'_>, generation: u32, meta: CommMeta, config: &Config) {
+    /// Makes this slot's communicator live under `generation`, with a fresh first window and a
+    /// standby at shed level `level`. The caller holds the slot's consumer lock `held` (and, in
+    /// `register`, the registry lock), has reset the consumer's state of the slot, and the slot is
+    /// not live with every window READY.
+    pub fn activate(&self, held: &Held<'_>, generation: u32, meta: &CommMeta, level: u8) {
         self.hash_tag.store(Context::tag(meta.hash), Ordering::Relaxed);
         self.learned_hash.store(meta.hash, Ordering::Relaxed);
         self.learned_rank.store(meta.rank, Ordering::Relaxed);
         self.nranks.store(meta.nranks, Ordering::Relaxed);
         self.ops.colls.store(0, Ordering::Relaxed);
         self.ops.p2ps.store(0, Ordering::Relaxed);
-        c.reset(meta, config);
         self.drops.reset();
         self.lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
         self.lost_held.store(false, Ordering::Relaxed);
         for (born, window) in self.born.iter().zip(&self.windows) {
             born.store(window.epoch(), Ordering::Relaxed);
         }
-        c.windows()[0].open();
-        let level = Consumer::wanted_level(c);
+        held.windows()[0].open();
         self.route.store(Route::alone(0, level).pack(), Ordering::Relaxed);
-        self.arm(c);
+        self.arm(held, 0, level);
         // Release: everything above is visible to whoever sees the communicator live.
         self.state.store(generation | LIVE, Ordering::Release);
+    }
+
+    /// Stops profiling communicator `id` without processing its windows (after a caught panic);
+    /// its handles become stale and `finalize` finds nothing to do. Called on: any thread.
+    pub fn disable(&self, id: CommId) {
+        let live = u32::from(id.generation) | LIVE;
+        // AcqRel: as in `finalize`.
+        let _ = self
+            .state
+            .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Takes the communicator's consumer lock: its windows' consumer role. Called on: the
+    /// consumer (the telemetry thread, `finalize`), `register`.
+    pub fn lock(&self) -> Held<'_> {
+        self.windows.lock()
+    }
+
+    /// The hash and our rank as learned ([`Comm::identify`]), once a rank is known.
+    pub fn learned(&self) -> Option<(u64, i32)> {
+        let rank = self.learned_rank.load(Ordering::Acquire);
+        (rank >= 0).then(|| (self.learned_hash.load(Ordering::Relaxed), rank))
+    }
+
+    /// Arms a standby window for producers to switch to, when none is: an opened empty window
+    /// nobody points at (left by a race), else a READY one, opened now, looked for from the one
+    /// after `seen` (the current window as the consumer last saw it); at shed level `level`. An
+    /// armed standby takes that level too. Called on: the consumer, `register`.
+    pub fn arm(&self, held: &Held<'_>, seen: usize, level: u8) {
+        // Acquire: pairs with a producer's switch. The route changes under us only by a switch
+        // (when a standby is armed) or an escalation (when none is): a failed exchange looks again.
+        let mut bits = self.route.load(Ordering::Acquire);
+        loop {
+            let r = Route::unpack(bits);
+            let next = if r.standby != NONE {
+                if r.standby_level == level {
+                    return;
+                }
+                Route {
+                    standby_level: level,
+                    ..r
+                }
+            } else {
+                let current = usize::from(r.current) % WINDOWS;
+                let others = || {
+                    (1..WINDOWS)
+                        .map(move |k| (seen + k) % WINDOWS)
+                        .filter(move |&i| i != current)
+                };
+                let armed = others()
+                    .find(|&i| self.windows[i].state() == WindowState::Filling && self.windows[i].claimed() == 0)
+                    .or_else(|| others().find(|&i| held.windows()[i].open()));
+                let Some(i) = armed else { return };
+                Route {
+                    standby: i as u8,
+                    standby_level: level,
+                    ..r
+                }
+            };
+            // Release: the window's opening is visible to the producer that takes it.
+            match self
+                .route
+                .compare_exchange(bits, next.pack(), Ordering::Release, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => bits = actual,
+            }
+        }
+    }
+
+    /// The window new events go to now (producers may switch it at any time).
+    pub fn current_window(&self) -> usize {
+        // Acquire: pairs with a producer's switch, so the standby's opening is visible.
+        usize::from(Route::unpack(self.route.load(Ordering::Acquire)).current) % WINDOWS
     }
 
     /// Whether a communicator currently uses this slot.

@@ -175,7 +175,7 @@ impl Comm {
     /// NCCL user and proxy threads (the root that filled the window to the count trigger), the
     /// telemetry thread.
     #[cold]
-    pub(super) fn switch_to_standby(&self, cur: u8) -> bool {
+    pub fn switch_to_standby(&self, cur: u8) -> bool {
         // Every new event past the trigger comes here while no window is armed: a plain load
         // keeps that cheap.
         let mut seen = self.route.load(Ordering::Relaxed);
@@ -281,7 +281,7 @@ impl Comm {
     /// before the claim: then the slot of the new cycle gets a filler (the consumer skips it) and
     /// the record is counted late.
     #[inline(always)]
-    pub(super) fn write(&self, handle: Handle, ts: u64, body: Body) {
+    pub(crate) fn write(&self, handle: Handle, ts: u64, body: Body) {
         let lane = handle.kind().lane();
         let pushed = Entry::new(lane, ts, body).and_then(|entry| {
             let w = self.windows.get(usize::from(handle.window()))?;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use parking_lot::Mutex;
 
-use super::{Comm, LIVE, Locked};
+use super::{Comm, Held, LIVE};
 use crate::config::Config;
 use crate::record::CommMeta;
 use crate::record::handle::{CommId, Context, GEN_MASK, MAX_COMMS};
@@ -27,18 +27,22 @@ const TAG_BUCKETS: usize = 1024;
 static BY_TAG: [AtomicU16; TAG_BUCKETS] = [const { AtomicU16::new(NO_SLOT) }; TAG_BUCKETS];
 const NO_SLOT: u16 = u16::MAX;
 
-fn bucket(hash_tag: u64) -> usize {
+/// The bucket of [`BY_TAG`] of a hash tag.
+pub(crate) fn bucket(hash_tag: u64) -> usize {
     (hash_tag ^ hash_tag >> 20 ^ hash_tag >> 40) as usize % TAG_BUCKETS
 }
 
 /// Registers a communicator and opens its first window; `None` when every slot is live (or still
-/// draining) or the windows cannot be allocated. Called on: NCCL's init thread.
-pub fn register(meta: CommMeta, config: &Config) -> Option<CommId> {
+/// draining) or the windows cannot be allocated. `reset` starts the consumer's state of the slot
+/// over, with the slot's consumer lock held, and returns the shed level of its first windows.
+/// Called on: NCCL's init thread.
+pub fn register(meta: &CommMeta, config: &Config, reset: impl FnOnce(&'static Comm) -> u8) -> Option<CommId> {
     let _registry = REGISTRY.lock();
-    let (slot, comm, mut c) = free_slot(config)?;
+    let (slot, comm, held) = free_slot(config)?;
     let generation = (comm.state.load(Ordering::Relaxed) & GEN_MASK) % GEN_MASK + 1;
     let hash_tag = Context::tag(meta.hash);
-    comm.activate(&mut c, generation, meta, config);
+    let level = reset(comm);
+    comm.activate(&held, generation, meta, level);
     BY_TAG[bucket(hash_tag)].store(slot as u16, Ordering::Relaxed);
     Some(CommId {
         slot: slot as u16,
@@ -51,7 +55,7 @@ pub fn register(meta: CommMeta, config: &Config) -> Option<CommId> {
 /// finalized or polled (its lock is taken: waited for, milliseconds), else a new `Comm` in the
 /// slot after the last one allocated, when there is one (nothing is allocated otherwise).
 /// Called with the registry lock held.
-fn free_slot(config: &Config) -> Option<(usize, &'static Comm, Locked<'static>)> {
+fn free_slot(config: &Config) -> Option<(usize, &'static Comm, Held<'static>)> {
     let mut busy = None;
     for (i, comm) in all().enumerate() {
         if comm.is_live() {
@@ -79,7 +83,7 @@ fn free_slot(config: &Config) -> Option<(usize, &'static Comm, Locked<'static>)>
 }
 
 /// Recycles every window of a slot that is not live (no short-circuit); whether all are READY.
-fn ready(c: &Locked<'_>) -> bool {
+fn ready(c: &Held<'_>) -> bool {
     c.windows().iter().filter(|w| !w.recycle()).count() == 0
 }
 
@@ -133,83 +137,3 @@ pub fn all() -> impl Iterator<Item = &'static Comm> {
 /// Serialises the unit tests that register communicators: one of them fills every slot.
 #[cfg(test)]
 pub(crate) static TESTS: Mutex<()> = Mutex::new(());
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    fn meta(hash: u64) -> CommMeta {
-        CommMeta {
-            hash,
-            name: "pxn".into(),
-            rank: 0,
-            nranks: 2,
-            nnodes: 2,
-            gpu: Default::default(),
-        }
-    }
-
-    #[test]
-    fn a_pxn_lookup_finds_its_communicator_when_its_bucket_hints_another() {
-        let _serial = TESTS.lock();
-        let config = Config::default();
-        let h1 = 0x5A5A_0000_0000_1234;
-        let tag1 = Context::tag(h1);
-        // A second hash in the same bucket: registered after the first, its slot is the hint.
-        let h2 = (1..)
-            .map(|i| h1 + i)
-            .find(|h| bucket(Context::tag(*h)) == bucket(tag1))
-            .unwrap();
-        let a = register(meta(h1), &config).unwrap();
-        let b = register(meta(h2), &config).unwrap();
-        assert_eq!(find_by_hash_tag(tag1).map(|(id, _)| id), Some(a));
-        assert_eq!(find_by_hash_tag(Context::tag(h2)).map(|(id, _)| id), Some(b));
-        for id in [a, b] {
-            get(id).unwrap().finalize(id, 1e-9).unwrap();
-        }
-        assert!(
-            find_by_hash_tag(tag1).is_none(),
-            "a finalized communicator is not found"
-        );
-    }
-
-    /// Virtual memory of this process, in kB.
-    fn vm_size_kb() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-
-    #[test]
-    fn a_full_registry_refuses_without_allocating() {
-        let _serial = TESTS.lock();
-        let small = Config {
-            capacity: 1024,
-            count_trigger: 512,
-            ..Config::default()
-        };
-        let ids: Vec<CommId> = (0..MAX_COMMS as u64)
-            .map(|h| register(meta(0xF111_0000 + h), &small).unwrap())
-            .collect();
-        assert_eq!(all().count(), MAX_COMMS);
-        // A communicator of the largest windows maps some 330 MB of address space: eight leaked
-        // ones would show.
-        let large = Config {
-            capacity: crate::record::handle::MAX_LANE_SLOTS,
-            ..Config::default()
-        };
-        let before = vm_size_kb();
-        assert!(
-            (0..8).all(|_| register(meta(0xF222_0000), &large).is_none()),
-            "every slot is live"
-        );
-        let grown = vm_size_kb().saturating_sub(before);
-        assert!(grown < 1 << 20, "a refused init maps nothing ({grown} kB more)");
-        for id in ids {
-            get(id).unwrap().finalize(id, 1e-9).unwrap();
-        }
-        let id = register(meta(0xF333_0000), &small).expect("a finalized slot is reused");
-        get(id).unwrap().finalize(id, 1e-9).unwrap();
-    }
-}

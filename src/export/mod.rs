@@ -7,11 +7,10 @@
 //! plain values, never the communicator registry.
 //!
 //! Threads:
-//! - the telemetry thread owns the [`pipeline::Pipeline`]: it records the summaries it hands over
-//!   (its own, and those finalizing threads left in the inbox) into the SDK's instruments, and the
-//!   figures `crate::aggregate::interval` makes of each interval, and once per interval (or when
-//!   asked to flush) collects the SDK's state into one export request and queues it. It never
-//!   waits for I/O.
+//! - the telemetry thread owns the [`pipeline::Pipeline`]: it maps each [`crate::telemetry::Report`]
+//!   it hands over onto the SDK's instruments (the windows processed, and at an interval's end its
+//!   figures and counters) and then collects the SDK's state into one export request and queues
+//!   it. It decides nothing about the interval and never waits for I/O.
 //! - the exporter thread sends queued requests ([`sender`]).
 //!
 //! Invariants: at most `queue` requests wait (the oldest is dropped and counted); at most
@@ -64,8 +63,8 @@ pub fn install(config: &'static config::Config) -> Option<Backend> {
         tracing::warn!("cannot start the export thread ({e}); metrics are not exported");
     }
     Some(Backend {
-        pipeline: Box::new(move |now| {
-            pipeline::Pipeline::new(config, now).map(|p| Box::new(p) as Box<dyn telemetry::Pipeline>)
+        pipeline: Box::new(move || {
+            pipeline::Pipeline::new(config).map(|p| Box::new(p) as Box<dyn telemetry::Pipeline>)
         }),
         delivery: &queue::DELIVERY,
     })

@@ -1,14 +1,15 @@
-//! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments,
-//! recording of every window summary (with the weights of sampling and the operations counted
-//! without a record: [`super::weighted`]), the interval's link and channel figures
-//! ([`crate::aggregate::interval`]), the self-telemetry counters, each communicator's progress
-//! ([`progress`]) and membership ([`member`]), and one export request per interval (or flush)
-//! handed to the queue. Never waits for I/O. Called on: the telemetry thread only.
+//! The telemetry thread's export state: the OpenTelemetry meter provider and its instruments, and
+//! the mapping of each [`Report`] onto them: every window summary (with the weights of sampling
+//! and the operations counted without a record: [`super::weighted`]), and at an interval's end
+//! its link and channel figures, the self-telemetry counters, each communicator's progress
+//! ([`progress`]) and membership ([`member`]), then one export request handed to the queue.
+//! Decides nothing about the interval (the telemetry thread's [`crate::telemetry::report`] does)
+//! and never waits for I/O. Called on: the telemetry thread only.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod member;
 mod progress;
@@ -27,11 +28,11 @@ use super::tags::UserTags;
 use super::views::view;
 use super::weighted::{Sampling, counted_attrs};
 use super::{queue, sdk_temporality};
-use crate::aggregate::WindowSummary;
-use crate::aggregate::interval::{CommKey, Interval, Scale, size_class_name};
+use crate::aggregate::interval::{CommKey, Figures, Scale, size_class_name};
 use crate::config::{self, Exporter, Temporality};
 use crate::record::{CommMeta, Func, PHASES};
-use crate::telemetry::{self, DropCounts, SelfTelemetry};
+use crate::telemetry::report::Window;
+use crate::telemetry::{self, IntervalEnd, Report, SelfTelemetry};
 
 /// A [`ManualReader`] the provider and the [`Pipeline`] share: the provider registers it, the
 /// telemetry thread collects through it.
@@ -60,15 +61,12 @@ impl MetricReader for SharedReader {
     }
 }
 
-/// Process-wide counters last exported, to add only the change.
-#[derive(Default)]
-struct Seen {
-    stats: [u64; 8],
-    export: [u64; 4],
-    /// Whether the configuration's problems were counted.
-    config_problems: bool,
-    /// Per communicator slot: the generation and communicator last seen there, its drop counts.
-    drops: Vec<Option<(u16, CommMeta, DropCounts)>>,
+/// The export queue's counters last exported, to add only the change.
+#[derive(Clone, Copy, Default)]
+struct Exports {
+    failures: u64,
+    dropped: u64,
+    sent: u64,
 }
 
 /// The telemetry thread's export state. Called on: the telemetry thread only.
@@ -79,10 +77,7 @@ pub struct Pipeline {
     sampling: Sampling,
     limiter: Limiter,
     interval: Duration,
-    next: Instant,
-    /// The interval's links and channels, fitted when it ends.
-    current: Interval,
-    seen: Seen,
+    exports: Exports,
     tags: UserTags,
     endpoint: String,
     progress: progress::Progress,
@@ -96,7 +91,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// The provider, its instruments and an empty interval; `None` when export is off.
     /// Called on: the telemetry thread.
-    pub fn new(config: &config::Config, now: Instant) -> Option<Pipeline> {
+    pub fn new(config: &config::Config) -> Option<Pipeline> {
         let export = &config.export;
         if export.exporter == Exporter::None {
             return None;
@@ -127,9 +122,7 @@ impl Pipeline {
                 seen: HashMap::new(),
             },
             interval: config.interval,
-            next: now + config.interval,
-            current: Interval::new(config.regression_mode),
-            seen: Seen::default(),
+            exports: Exports::default(),
             tags: UserTags::default(),
             progress,
             members: member::Members::new(&meter, export),
@@ -184,8 +177,9 @@ impl Pipeline {
         self.attrs_or_overflow(Family::Coll, attrs, 4)
     }
 
-    /// One window's histograms and counters; its links and channels join the interval.
-    fn record(&mut self, s: &WindowSummary) {
+    /// One window's histograms and counters.
+    fn record(&mut self, w: &Window) {
+        let s = &w.summary;
         let base = comm_attrs(&s.comm);
         let comm = self.attrs_or_overflow(Family::Profiler, base.clone(), 7);
         let i = &self.inst;
@@ -197,9 +191,8 @@ impl Pipeline {
         i.pxn_collectives.add(s.stats.pxn_collectives, &comm);
         i.gpu_invalid.add(s.stats.invalid_gpu, &comm);
 
-        // The collectives' splits come first, group by group.
-        let splits = self.current.split(s);
-        let mut rest = splits.as_slice();
+        // The collectives' splits, group by group.
+        let mut rest = w.splits.as_slice();
         for g in &s.colls {
             let (splits, tail) = rest.split_at(g.ops.len().min(rest.len()));
             rest = tail;
@@ -274,12 +267,12 @@ impl Pipeline {
                 }
             }
         }
-        self.current.add(s);
     }
 
-    /// Fits the interval's samples into the gauges, adds the self-telemetry counters and logs
-    /// the export state (at most one line per interval).
-    fn end_interval(&mut self, own: &SelfTelemetry) {
+    /// The interval's figures into the gauges, the self-telemetry counters, and the export state
+    /// logged (at most one line per interval).
+    fn end_interval(&mut self, end: &IntervalEnd) {
+        let (figures, own) = (&end.figures, &end.own);
         let i = &self.inst;
         for fresh in [
             &i.link_latency,
@@ -297,20 +290,22 @@ impl Pipeline {
         self.sampling.ratio.clear();
         self.progress.clear();
         self.members.clear();
-        // Steps shed anywhere in the process: no transfer of the interval is known idle.
-        if own.comms.iter().any(|c| c.counts.shed > self.last_drops(c).shed) {
-            self.current.shed();
-        }
-        let figures = self.current.close();
-        for (comm, ratio) in figures.sampling {
-            let attrs = link_attrs(&comm, None);
+        self.figures(figures);
+        self.self_telemetry(own);
+        self.log_export_state();
+    }
+
+    /// The interval's link, channel and sampling figures into the gauges.
+    fn figures(&mut self, figures: &Figures) {
+        for (comm, ratio) in &figures.sampling {
+            let attrs = link_attrs(comm, None);
             if !self.limiter.admit(Family::Profiler, &attrs) {
                 self.overflow(Family::Profiler, 1);
                 continue;
             }
-            self.sampling.ratio.record(ratio, &attrs);
+            self.sampling.ratio.record(*ratio, &attrs);
         }
-        for link in figures.links {
+        for link in &figures.links {
             let attrs = link_attrs(&link.comm, Some(link.peer));
             if !self.limiter.admit(Family::Link, &attrs) {
                 self.overflow(Family::Link, 1);
@@ -338,7 +333,7 @@ impl Pipeline {
                 self.inst.link_latency_missing.add(1, &attrs);
             }
         }
-        for channel in figures.channels {
+        for channel in &figures.channels {
             let attrs = channel_attrs(&channel.comm, channel.channel);
             if !self.limiter.admit(Family::Channel, &attrs) {
                 self.overflow(Family::Channel, 1);
@@ -348,99 +343,63 @@ impl Pipeline {
                 self.inst.channel_latency.record(latency, &attrs);
             }
         }
-        self.self_telemetry(own);
-        self.log_export_state();
     }
 
-    /// Adds what the process-wide, per-communicator and export counters gained since the last
-    /// interval (zero included, so every series exists from the first export on).
+    /// Adds what the process-wide, per-communicator and export counters gained in the interval
+    /// (zero included, so every series exists from the first export on).
     fn self_telemetry(&mut self, own: &SelfTelemetry) {
-        let s = own.stats;
-        let now = [
-            s.panics,
-            s.null_args,
-            s.stale,
-            s.unknown_types,
-            s.unknown_states,
-            s.foreign_unmatched,
-            s.declined,
-            s.foreign_ops,
-        ];
-        let d: Vec<u64> = now
-            .iter()
-            .zip(self.seen.stats)
-            .map(|(n, s)| n.saturating_sub(s))
-            .collect();
-        self.seen.stats = now;
-        let i = &self.inst;
+        let (d, i) = (own.stats, &self.inst);
         let reason = |r: &'static str| [KeyValue::new("nccl.reason", r)];
-        i.panics.add(d[0], &[]);
-        i.events_rejected.add(d[1], &reason("null_arg"));
-        i.events_rejected.add(d[2], &reason("stale"));
-        i.events_rejected.add(d[3], &reason("unknown_type"));
-        i.events_rejected.add(d[4], &reason("unknown_state"));
-        i.events_rejected.add(d[5], &reason("pxn_unmatched"));
-        i.events_declined.add(d[6], &[]);
-        i.pxn_ops.add(d[7], &[]);
+        i.panics.add(d.panics, &[]);
+        i.events_rejected.add(d.null_args, &reason("null_arg"));
+        i.events_rejected.add(d.stale, &reason("stale"));
+        i.events_rejected.add(d.unknown_types, &reason("unknown_type"));
+        i.events_rejected.add(d.unknown_states, &reason("unknown_state"));
+        i.events_rejected.add(d.foreign_unmatched, &reason("pxn_unmatched"));
+        i.events_declined.add(d.declined, &[]);
+        i.pxn_ops.add(d.foreign_ops, &[]);
         if let Some(duty) = own.kernel_ch_duty {
             i.kernel_ch_duty.record(duty, &[]);
         }
         // 0 once no communicator is live: the process has nothing more to report.
-        let live = own.comms.iter().any(|c| c.live);
-        let interval = if live { self.interval.as_secs_f64() } else { 0.0 };
+        let interval = if own.live { self.interval.as_secs_f64() } else { 0.0 };
         i.export_interval.record(interval, &[]);
         // Counted once, then zero every interval: the series lasts, its total stays one.
-        let new = u64::from(!std::mem::replace(&mut self.seen.config_problems, true));
         for p in own.config_problems {
             let attrs = [
                 KeyValue::new("nccl.variable", p.variable.clone()),
                 KeyValue::new("nccl.reason", p.kind.as_str()),
             ];
-            i.config_problems.add(new, &attrs);
+            i.config_problems.add(u64::from(own.first_problems), &attrs);
         }
 
         let stats = queue::stats();
-        let export = [stats.failures, stats.dropped, own.windows_dropped, stats.exported];
-        let e: Vec<u64> = export
-            .iter()
-            .zip(self.seen.export)
-            .map(|(n, s)| n.saturating_sub(s))
-            .collect();
-        self.seen.export = export;
-        i.export_failures.add(e[0], &[]);
-        i.export_dropped.add(e[1], &[]);
-        i.windows_dropped.add(e[2], &[]);
-        i.export_sent.add(e[3], &[]);
+        let now = Exports {
+            failures: stats.failures,
+            dropped: stats.dropped,
+            sent: stats.exported,
+        };
+        let last = std::mem::replace(&mut self.exports, now);
+        i.export_failures.add(now.failures.saturating_sub(last.failures), &[]);
+        i.export_dropped.add(now.dropped.saturating_sub(last.dropped), &[]);
+        i.windows_dropped.add(own.windows_dropped, &[]);
+        i.export_sent.add(now.sent.saturating_sub(last.sent), &[]);
 
         for c in &own.comms {
-            let (slot, generation, meta, counts) = (c.slot, c.generation, &c.meta, c.counts);
-            if self.seen.drops.len() <= slot {
-                self.seen.drops.resize(slot + 1, None);
-            }
-            let known = matches!(&self.seen.drops[slot], Some((g, m, _)) if *g == generation && m == meta);
-            let last = self.last_drops(c);
-            let deltas = [
-                ("full", counts.full - last.full),
-                ("late", counts.late - last.late),
-                ("unpublished", counts.unpublished - last.unpublished),
-            ];
-            let shed = counts.shed - last.shed;
-            self.seen.drops[slot] = Some((generation, meta.clone(), counts));
-            self.progress(c);
-            // A finalized communicator is reported once more (so even a short-lived one has
-            // its series), then only if its counters still move.
-            if known && !c.live && shed == 0 && deltas.iter().all(|(_, d)| *d == 0) {
+            self.progress(&c.state);
+            if !c.counted {
                 continue;
             }
+            let (meta, d) = (&c.state.meta, c.dropped);
             self.member(meta);
-            for (reason, delta) in deltas {
+            for (reason, delta) in [("full", d.full), ("late", d.late), ("unpublished", d.unpublished)] {
                 let mut attrs = comm_attrs(meta);
                 attrs.push(KeyValue::new("nccl.reason", reason));
                 let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
                 self.inst.events_dropped.add(delta, &attrs);
             }
             // Untimed operations are counted as their summaries are recorded.
-            for (reason, delta) in [("detail", shed), ("untimed", 0)] {
+            for (reason, delta) in [("detail", d.shed), ("untimed", 0)] {
                 let mut attrs = comm_attrs(meta);
                 attrs.push(KeyValue::new("nccl.reason", reason));
                 let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
@@ -448,26 +407,6 @@ impl Pipeline {
             }
         }
         self.end_progress();
-    }
-
-    /// The drop counters of `c`'s communicator last exported; zero for a communicator not seen
-    /// yet in its slot, or whose counters went back (a slot's counters restart at 0 when a
-    /// communicator registers there, a new generation).
-    fn last_drops(&self, c: &telemetry::CommDrops) -> DropCounts {
-        let (counts, seen) = (c.counts, self.seen.drops.get(c.slot).and_then(Option::as_ref));
-        match seen {
-            Some((g, m, last))
-                if *g == c.generation
-                    && *m == c.meta
-                    && last.full <= counts.full
-                    && last.late <= counts.late
-                    && last.unpublished <= counts.unpublished
-                    && last.shed <= counts.shed =>
-            {
-                *last
-            }
-            _ => DropCounts::default(),
-        }
     }
 
     /// Logs export failures since the last interval: WARN when exports start failing, INFO
@@ -500,21 +439,11 @@ impl Pipeline {
 }
 
 impl telemetry::Pipeline for Pipeline {
-    fn tick(
-        &mut self,
-        now: Instant,
-        flush: bool,
-        summaries: &[WindowSummary],
-        own: &dyn Fn() -> SelfTelemetry,
-    ) -> Option<u64> {
-        for summary in summaries {
-            self.record(summary);
+    fn export(&mut self, report: Report) -> Option<u64> {
+        for window in &report.windows {
+            self.record(window);
         }
-        if !(flush || now >= self.next) {
-            return None;
-        }
-        self.next = now + self.interval;
-        self.end_interval(&own());
+        self.end_interval(&report.end?);
         let mut rm = ResourceMetrics::default();
         if let Err(e) = self.reader.collect(&mut rm) {
             tracing::warn!("cannot collect metrics: {e}");
@@ -562,9 +491,50 @@ mod tests {
     use super::*;
     use crate::aggregate::queue::Queue;
     use crate::aggregate::regression::Samples;
-    use crate::aggregate::{LinkGroup, WindowStats};
+    use crate::aggregate::{LinkGroup, WindowStats, WindowSummary};
+    use crate::comm::DropCounts;
+    use crate::config::Problem;
+    use crate::telemetry::CommState;
+    use crate::telemetry::report::{Now, Reporter};
     use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
     use std::collections::BTreeMap;
+    use std::time::Instant;
+
+    /// A pipeline with the telemetry thread's reporter in front of it.
+    struct Harness {
+        p: Pipeline,
+        r: Reporter,
+    }
+
+    impl Harness {
+        fn new(config: &config::Config) -> Harness {
+            Harness {
+                p: Pipeline::new(config).expect("export on"),
+                r: Reporter::new(config, Instant::now()),
+            }
+        }
+
+        /// Records one processed window.
+        fn record(&mut self, s: &WindowSummary) {
+            for w in self.r.add([s.clone()]) {
+                self.p.record(&w);
+            }
+        }
+
+        /// Ends the interval with the communicator slots `comms` and the configuration's
+        /// `problems`.
+        fn end(&mut self, comms: Vec<CommState>, problems: &'static [Problem]) {
+            let now = Now {
+                stats: crate::stats::STATS.snapshot(),
+                windows_dropped: 0,
+                kernel_ch_duty: None,
+                comms,
+                config_problems: problems,
+            };
+            let end = self.r.close(Instant::now(), now);
+            self.p.end_interval(&end);
+        }
+    }
 
     fn summary(links: Vec<LinkGroup>) -> WindowSummary {
         WindowSummary {
@@ -606,18 +576,10 @@ mod tests {
     fn a_gauge_reports_only_what_its_interval_measured() {
         let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
         assert_eq!(config.export.temporality, Temporality::Cumulative);
-        let now = Instant::now();
-        let mut p = Pipeline::new(&config, now).expect("export on");
+        let mut h = Harness::new(&config);
         let link = fitted_link();
-        let own = SelfTelemetry {
-            stats: crate::stats::STATS.snapshot(),
-            windows_dropped: 0,
-            kernel_ch_duty: None,
-            comms: Vec::new(),
-            config_problems: &[],
-        };
-        p.record(&summary(vec![link]));
-        p.end_interval(&own);
+        h.record(&summary(vec![link]));
+        h.end(Vec::new(), &[]);
         const GAUGES: [&str; 4] = [
             "nccl.link.latency",
             "nccl.link.bandwidth",
@@ -625,12 +587,12 @@ mod tests {
             "nccl.link.samples",
         ];
         for name in GAUGES {
-            assert_eq!(gauge_points(&mut p, name), 1, "{name} in the interval with a fit");
+            assert_eq!(gauge_points(&mut h.p, name), 1, "{name} in the interval with a fit");
         }
-        p.end_interval(&own);
+        h.end(Vec::new(), &[]);
         for name in GAUGES {
             assert_eq!(
-                gauge_points(&mut p, name),
+                gauge_points(&mut h.p, name),
                 0,
                 "{name} in the interval without transfers"
             );
@@ -655,11 +617,11 @@ mod tests {
             transfers: 1,
             queue,
         };
-        p.record(&summary(vec![link]));
-        p.end_interval(&own);
-        assert_eq!(gauge_points(&mut p, "nccl.link.latency"), 0);
-        assert_eq!(gauge_points(&mut p, "nccl.link.throughput"), 1);
-        assert_eq!(gauge_points(&mut p, "nccl.link.latency.missing"), 1, "reason one_size");
+        h.record(&summary(vec![link]));
+        h.end(Vec::new(), &[]);
+        assert_eq!(gauge_points(&mut h.p, "nccl.link.latency"), 0);
+        assert_eq!(gauge_points(&mut h.p, "nccl.link.throughput"), 1);
+        assert_eq!(gauge_points(&mut h.p, "nccl.link.latency.missing"), 1, "reason one_size");
     }
 
     /// OTLP points of `name` in `rm` (decoded with the official types): attributes, and the
@@ -705,21 +667,15 @@ mod tests {
         }
     }
 
-    /// The self-telemetry of a process with one live communicator `meta`, its drops `counts`.
-    fn with_comm(meta: CommMeta, counts: DropCounts) -> SelfTelemetry {
-        SelfTelemetry {
-            stats: crate::stats::STATS.snapshot(),
-            windows_dropped: 0,
-            kernel_ch_duty: None,
-            comms: vec![telemetry::CommDrops {
-                slot: 0,
-                generation: 1,
-                meta,
-                counts,
-                live: true,
-                progress: Default::default(),
-            }],
-            config_problems: &[],
+    /// The slot of one live communicator `meta`, its drops `counts`.
+    fn with_comm(meta: CommMeta, counts: DropCounts) -> CommState {
+        CommState {
+            slot: 0,
+            generation: 1,
+            meta,
+            counts,
+            live: true,
+            progress: Default::default(),
         }
     }
 
@@ -728,18 +684,18 @@ mod tests {
     #[test]
     fn the_interval_gauge_says_when_the_process_is_done() {
         let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
-        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let mut h = Harness::new(&config);
         let mut own = with_comm(summary(Vec::new()).comm, DropCounts::default());
-        let mut interval = |own: &SelfTelemetry| {
-            p.end_interval(own);
+        let mut interval = |own: &CommState| {
+            h.end(vec![own.clone()], &[]);
             let mut rm = ResourceMetrics::default();
-            p.reader.collect(&mut rm).expect("collect");
+            h.p.reader.collect(&mut rm).expect("collect");
             let points = otlp(&rm, "nccl.profiler.export.interval");
             assert_eq!(points.len(), 1, "{points:?}");
             points[0].1
         };
         assert_eq!(interval(&own), config.interval.as_secs_f64());
-        own.comms[0].live = false;
+        own.live = false;
         assert_eq!(interval(&own), 0.0);
     }
 
@@ -754,15 +710,12 @@ mod tests {
             _ => None,
         };
         let (config, _, problems) = config::Config::read(env);
-        let own = SelfTelemetry {
-            config_problems: problems.leak(),
-            ..SelfTelemetry::default()
-        };
-        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
-        p.end_interval(&own);
-        p.end_interval(&own);
+        let problems: &'static [Problem] = problems.leak();
+        let mut h = Harness::new(&config);
+        h.end(Vec::new(), problems);
+        h.end(Vec::new(), problems);
         let mut rm = ResourceMetrics::default();
-        p.reader.collect(&mut rm).expect("collect");
+        h.p.reader.collect(&mut rm).expect("collect");
         let mut points: Vec<(String, String, f64)> = otlp(&rm, "nccl.profiler.config.problems")
             .into_iter()
             .map(|(a, v, _)| (a["nccl.variable"].clone(), a["nccl.reason"].clone(), v))
@@ -793,7 +746,7 @@ mod tests {
             config::DETAIL => Some("full".to_owned()),
             _ => None,
         });
-        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let mut h = Harness::new(&config);
         let op = |start: f64, role, ord| OpSample {
             bytes: 1 << 20,
             start,
@@ -838,17 +791,10 @@ mod tests {
         };
         // Sizes and transfers once (none for bare ops), times 8 times: 2 + 8 × (1 + 4 + 3).
         assert_eq!(OpInstruments::measurements(&s.colls[0].ops, &[Split::default(), served], &[]), 66);
-        p.record(&s);
-        let own = SelfTelemetry {
-            stats: crate::stats::STATS.snapshot(),
-            windows_dropped: 0,
-            kernel_ch_duty: None,
-            comms: Vec::new(),
-            config_problems: &[],
-        };
-        p.end_interval(&own);
+        h.record(&s);
+        h.end(Vec::new(), &[]);
         let mut rm = ResourceMetrics::default();
-        p.reader.collect(&mut rm).expect("collect");
+        h.p.reader.collect(&mut rm).expect("collect");
 
         let one = |name: &str| {
             let points = otlp(&rm, name);
@@ -907,13 +853,13 @@ mod tests {
     #[test]
     fn shed_detail_anywhere_withholds_link_latency() {
         let (config, _) = config::Config::from_lookup(|k| (k == config::EXPORTER).then(|| "file".to_owned()));
-        let mut p = Pipeline::new(&config, Instant::now()).expect("export on");
+        let mut h = Harness::new(&config);
         let s = summary(vec![fitted_link()]);
         let own = with_comm(s.comm.clone(), DropCounts { shed: 40, ..DropCounts::default() });
-        p.record(&s);
-        p.end_interval(&own);
+        h.record(&s);
+        h.end(vec![own], &[]);
         let mut rm = ResourceMetrics::default();
-        p.reader.collect(&mut rm).expect("collect");
+        h.p.reader.collect(&mut rm).expect("collect");
         assert!(otlp(&rm, "nccl.link.latency").is_empty());
         let missing = otlp(&rm, "nccl.link.latency.missing");
         assert!(missing.iter().any(|(a, v, _)| a["nccl.reason"] == "shed" && *v == 1.0), "{missing:?}");

@@ -597,7 +597,7 @@ mod tests {
             gpu: Default::default(),
         };
         let _serial = comm::TESTS.lock();
-        let id = comm::register(meta, Config::global()).expect("a free slot");
+        let id = crate::telemetry::consumer::register(meta, Config::global()).expect("a free slot");
         let context = Context::new(id, 0xBAD).encode();
         let before = STATS.panics.get();
         let rc = guarded(|owner| {

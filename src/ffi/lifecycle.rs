@@ -17,6 +17,7 @@ use crate::comm::{self, Comm};
 use crate::config::Config;
 use crate::record::CommMeta;
 use crate::record::handle::Context;
+use crate::telemetry::consumer;
 use crate::{clock, cuda, export, nccl_log, telemetry};
 
 /// Version-neutral `init` (`abi`: the profiler ABI version of the table NCCL chose): returns the
@@ -54,7 +55,7 @@ pub(super) unsafe fn init(mut meta: CommMeta, logfn: ncclDebugLogger_t, mask: *m
         register_exit_flush();
     }
     let hash = meta.hash;
-    let Some(id) = comm::register(meta, config) else {
+    let Some(id) = consumer::register(meta, config) else {
         tracing::warn!("no communicator slot or memory left; this communicator is not profiled");
         return None;
     };
@@ -73,7 +74,7 @@ pub(super) unsafe extern "C" fn finalize(context: *mut c_void) -> ncclResult_t {
         // A communicator disabled by a caught panic has nothing left to process, but when it
         // is the last one, the others' last interval is still to be exported.
         if let Some((id, comm)) = local(owner, context as u64)
-            && let Some(summaries) = comm.finalize(id, clock::secs_per_tick())
+            && let Some(summaries) = consumer::slot(comm).and_then(|s| s.finalize(id, clock::secs_per_tick()))
         {
             telemetry::deliver(&summaries);
         }

@@ -1,7 +1,8 @@
 //! The telemetry thread: one per process, started by the first `init`, never stopped. Every
 //! [`TICK`] (or at once on a flush request) it applies KernelCh's duty cycle to the activation
-//! mask, polls every communicator, delivers the summaries to the sinks and drives the export
-//! [`Pipeline`]. While no communicator is live it is parked (no wake-ups: cores pinned for
+//! mask, polls every communicator, delivers the summaries to the sinks, logs the hangs that
+//! started, and hands the export [`Pipeline`] one [`Report`] (the interval's end when it ends or
+//! a flush asks; a hang that starts makes the next pass follow at once and end the interval). While no communicator is live it is parked (no wake-ups: cores pinned for
 //! training see no jitter from it) until an `init` ([`super::flush::wake`]) or a flush, once one
 //! interval's export made after the last communicator went has gone through (the final totals
 //! reach the collector; while it fails, every interval tries again). It measures the share of
@@ -15,16 +16,16 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::inbox;
-use super::{Backend, BuildPipeline, CommDrops, SelfTelemetry, flush, process, sink};
-use crate::aggregate::WindowSummary;
+use super::consumer::{self, BUSY_TICK, Polled, Slot};
+use super::report::{Now, Report, Reporter};
+use super::{Backend, BuildPipeline, CommState, flush, inbox, process, sink};
 use crate::comm::shed::k_of;
 use crate::config::Config;
 use crate::stats::STATS;
-use crate::{activation, clock, comm};
+use crate::{activation, clock};
 
 /// How often the thread looks at the windows (close triggers are checked at this granularity),
-/// every [`comm::BUSY_TICK`] while a communicator fills its window fast.
+/// every [`BUSY_TICK`] while a communicator fills its window fast.
 pub const TICK: Duration = Duration::from_millis(10);
 
 /// Passes the thread made (wake-ups), for tests of its parking.
@@ -61,8 +62,11 @@ pub fn start(backend: impl FnOnce() -> Option<Backend>) -> bool {
 /// The thread's loop: wait a tick (or a flush request), poll, export. A panic in one pass is
 /// counted and the loop goes on.
 fn run(build: Option<BuildPipeline>) {
-    let mut pipeline = build.and_then(|build| build(Instant::now()));
+    let mut pipeline = build.and_then(|build| build());
+    let mut reporter = pipeline.as_ref().map(|_| Reporter::new(Config::global(), Instant::now()));
     let mut busy = false;
+    // A hang started in the last pass: this one follows at once and reports.
+    let mut hang = false;
     // The latest interval export since no communicator was live (its number), and whether one
     // went through.
     let (mut idle_export, mut exported) = (None, false);
@@ -70,15 +74,16 @@ fn run(build: Option<BuildPipeline>) {
     let mut episode: Option<Episode> = None;
     let mut trimmed = false;
     loop {
-        let live = comm::all().any(comm::Comm::is_live);
+        let live = consumer::all().any(|s| s.comm.is_live());
         if live {
             (idle_export, exported) = (None, false);
         } else if idle_export.is_some_and(flush::exported) {
             (idle_export, exported) = (None, true);
         }
         let tick = match (busy, live) {
+            _ if hang => Some(Duration::ZERO),
             (_, false) if exported || pipeline.is_none() => None,
-            (true, _) => Some(comm::BUSY_TICK),
+            (true, _) => Some(BUSY_TICK),
             (false, _) => Some(TICK),
         };
         let request = flush::next_request(tick);
@@ -89,33 +94,30 @@ fn run(build: Option<BuildPipeline>) {
         let pass = catch_unwind(AssertUnwindSafe(|| {
             let now = Instant::now();
             activation::tick(SystemTime::now());
-            let mut own;
-            (busy, own) = poll_all(now, load.busy());
+            let hung = std::mem::take(&mut hang);
+            let ends = reporter.as_ref().is_some_and(|r| request.is_some() || hung || r.due(now));
+            let mut polled = poll_all(now, load.busy(), ends);
+            busy = polled.iter().any(|p| p.busy);
+            for line in polled.iter_mut().filter_map(|p| p.hang.take()) {
+                tracing::warn!("{line}");
+                hang = true;
+            }
             Episode::follow(&mut episode, now);
             trim_when_idle(&mut trimmed);
-            // Takes what other threads left in the inbox, then `own`, into the pipeline, which
-            // exports with `flush` or at the end of an interval.
-            let mut record = |own: Vec<WindowSummary>, flush: bool| {
-                let mut summaries = inbox::take();
-                summaries.extend(own);
-                pipeline
-                    .as_mut()
-                    .and_then(|p| p.tick(now, flush, summaries.make_contiguous(), &self_telemetry))
-            };
             if request.is_some_and(|r| r.drain_live) {
                 // The exit flush processes every window of the live communicators that holds
                 // records, and every operation they still hold (open events counted unfinished).
-                // That takes a while, and other threads' finalizes may meanwhile fill the bounded
-                // inbox: what waits there goes into the pipeline before each communicator's drain.
-                let secs_per_tick = clock::secs_per_tick();
-                for comm in comm::all() {
-                    record(std::mem::take(&mut own), false);
-                    own = comm.drain(secs_per_tick);
-                    sink::to_sinks(&own);
-                }
+                drain_all(&mut polled, pipeline.as_mut().zip(reporter.as_mut()));
             }
-            // A hang that started in this pass is exported at once, not at the interval's end.
-            seq = record(own, request.is_some() || comm::take_hang_started());
+            // What other threads left in the inbox comes first, then this pass's windows.
+            let mut summaries = inbox::take();
+            summaries.extend(polled.iter_mut().flat_map(|p| std::mem::take(&mut p.summaries)));
+            let (Some(pipeline), Some(reporter)) = (pipeline.as_mut(), reporter.as_mut()) else {
+                return;
+            };
+            let windows = reporter.add(summaries);
+            let end = ends.then(|| reporter.close(now, process(polled.into_iter().filter_map(|p| p.state))));
+            seq = pipeline.export(Report { windows, end });
         }));
         if pass.is_err() {
             STATS.panics.incr();
@@ -130,25 +132,45 @@ fn run(build: Option<BuildPipeline>) {
     }
 }
 
-/// One pass over every communicator; returns whether one of them is [`comm::Comm::busy`], and
-/// the summaries of the windows processed (already handed to the sinks).
+/// One pass over every communicator, their states with it when the pass `ends` the interval; the
+/// summaries of the windows processed are handed to the sinks.
 /// Processing a full window takes milliseconds: after each communicator that processed one,
 /// every communicator's window is closed if due, so that a fast one does not fill its window's
 /// headroom meanwhile.
-fn poll_all(now: Instant, load: f64) -> (bool, Vec<WindowSummary>) {
+fn poll_all(now: Instant, load: f64, ends: bool) -> Vec<Polled> {
     let secs_per_tick = clock::secs_per_tick();
-    let (mut busy, mut all) = (false, Vec::new());
-    for comm in comm::all() {
-        let summaries = comm.poll_loaded(now, secs_per_tick, load);
-        if summaries.iter().any(|s| s.stats.records > 0) {
-            let now = Instant::now();
-            comm::all().for_each(|c| c.rotate(now));
+    consumer::all()
+        .map(|slot| {
+            let polled = slot.poll_loaded(now, secs_per_tick, load, ends);
+            if polled.summaries.iter().any(|s| s.stats.records > 0) {
+                let now = Instant::now();
+                consumer::all().for_each(|s| s.rotate(now));
+            }
+            sink::to_sinks(&polled.summaries);
+            polled
+        })
+        .collect()
+}
+
+/// At the exit flush: drains every communicator ([`Slot::drain`]), in slot order, its summaries and
+/// state in place of its poll's. A drain takes a while, and other threads' finalizes may meanwhile
+/// fill the bounded inbox: what waits there goes to the pipeline before each drain.
+fn drain_all(polled: &mut Vec<Polled>, mut export: Option<(&mut Box<dyn super::Pipeline>, &mut Reporter)>) {
+    let secs_per_tick = clock::secs_per_tick();
+    for (i, slot) in consumer::all().enumerate() {
+        if let Some((pipeline, reporter)) = export.as_mut() {
+            let windows = reporter.add(inbox::take());
+            pipeline.export(Report { windows, end: None });
         }
-        sink::to_sinks(&summaries);
-        all.extend(summaries);
-        busy |= comm.busy();
+        let drained = slot.drain(secs_per_tick);
+        sink::to_sinks(&drained.summaries);
+        if polled.len() <= i {
+            polled.resize_with(i + 1, Polled::default);
+        }
+        let p = &mut polled[i];
+        p.summaries.extend(drained.summaries);
+        p.state = drained.state;
     }
-    (busy, all)
 }
 
 /// How long the thread's busy fraction is measured over.
@@ -200,15 +222,15 @@ struct Episode {
 }
 
 /// Records a communicator did not take (its counters since its `init`).
-fn not_taken(c: &comm::Comm) -> u64 {
-    let d = c.drop_counts();
+fn not_taken(s: Slot<'_>) -> u64 {
+    let d = s.comm.drop_counts();
     d.full + d.shed
 }
 
 impl Episode {
     /// Starts or ends the episode from the communicators' levels at `now`, logging each edge.
     fn follow(episode: &mut Option<Episode>, now: Instant) {
-        let levels = comm::all().filter(|c| c.is_live()).map(comm::Comm::shed_level);
+        let levels = consumer::all().filter(|s| s.comm.is_live()).map(|s| s.shed_level());
         let (shedding, top) = levels.fold((0, 0), |(n, top), l| (n + usize::from(l > 0), top.max(l)));
         match episode {
             None if shedding > 0 => {
@@ -218,7 +240,7 @@ impl Episode {
                     "overload: shedding records on {shedding} communicator(s) (highest level {top}: ProxyStep detail \
                      off{timed}); every operation is still counted"
                 );
-                let not_taken = comm::all().map(|c| (c.generation(), not_taken(c))).collect();
+                let not_taken = consumer::all().map(|s| (s.comm.generation(), not_taken(s))).collect();
                 *episode = Some(Episode {
                     start: now,
                     calm_since: None,
@@ -229,11 +251,11 @@ impl Episode {
             Some(e) => {
                 let calm = *e.calm_since.get_or_insert(now);
                 if now.saturating_duration_since(calm) >= Config::global().interval {
-                    let records: u64 = comm::all()
+                    let records: u64 = consumer::all()
                         .enumerate()
-                        .map(|(slot, c)| match e.not_taken.get(slot) {
-                            Some(&(generation, at)) if generation == c.generation() => not_taken(c).saturating_sub(at),
-                            _ => not_taken(c),
+                        .map(|(i, s)| match e.not_taken.get(i) {
+                            Some(&(generation, at)) if generation == s.comm.generation() => not_taken(s).saturating_sub(at),
+                            _ => not_taken(s),
                         })
                         .sum();
                     let secs = now.saturating_duration_since(e.start).as_secs_f64();
@@ -250,40 +272,23 @@ impl Episode {
 }
 
 /// Gives the heap's free memory back to the kernel once every communicator is idle
-/// ([`comm::Comm::is_idle`]): once per idle spell, after the pass that made the last one idle.
+/// ([`Slot::is_idle`]): once per idle spell, after the pass that made the last one idle.
 fn trim_when_idle(trimmed: &mut bool) {
-    let idle = comm::all().all(comm::Comm::is_idle);
+    let idle = consumer::all().all(|s| s.is_idle());
     if idle && !*trimmed {
-        comm::Comm::release_scratch();
+        consumer::release_scratch();
         crate::buffer::heap::trim();
     }
     *trimmed = idle;
 }
 
-/// The plugin's own counters now: process-wide, the inbox's and every communicator slot's. A
-/// slot re-registered while it was read is left for the next interval.
-fn self_telemetry() -> SelfTelemetry {
-    let comms = comm::all()
-        .enumerate()
-        .filter_map(|(slot, c)| {
-            let generation = c.generation();
-            let (meta, counts, live) = (c.meta(), c.drop_counts(), c.is_live());
-            let progress = c.progress(Instant::now());
-            (c.generation() == generation).then_some(CommDrops {
-                slot,
-                generation,
-                meta,
-                counts,
-                live,
-                progress,
-            })
-        })
-        .collect();
-    SelfTelemetry {
+/// What the process reports at an interval's end, with the communicators' states `comms`.
+fn process(comms: impl Iterator<Item = CommState>) -> Now {
+    Now {
         stats: STATS.snapshot(),
         windows_dropped: inbox::windows_dropped(),
         kernel_ch_duty: activation::duty(),
-        comms,
+        comms: comms.collect(),
         config_problems: Config::problems(),
     }
 }

@@ -59,7 +59,7 @@ use nccl_profiler_otel::bindings::{
     ncclProfilerEventStateArgs_v1_t__bindgen_ty_1, ncclProfilerEventStateArgs_v4_t,
     ncclProfilerEventStateArgs_v4_t__bindgen_ty_4, ncclResult_t, ncclSuccess,
 };
-use nccl_profiler_otel::comm::{self, SETTLE};
+use nccl_profiler_otel::comm;
 use nccl_profiler_otel::config::Config;
 use nccl_profiler_otel::ffi::{
     ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
@@ -67,6 +67,7 @@ use nccl_profiler_otel::ffi::{
 };
 use nccl_profiler_otel::record::handle::{CommId, Context, GEN_MASK, Handle, Kind, MAX_SLOTS};
 use nccl_profiler_otel::stats::STATS;
+use nccl_profiler_otel::telemetry::consumer::{self, SETTLE};
 use nccl_profiler_otel::telemetry::{self, Sink};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
@@ -1276,7 +1277,7 @@ impl Run {
         };
         let now = Instant::now() + ahead;
         let spt = nccl_profiler_otel::clock::secs_per_tick();
-        for c in comm::all() {
+        for c in consumer::all() {
             let records: u64 = c.poll(now, spt).iter().map(|s| s.stats.records).sum();
             self.tally.polled_records.fetch_add(records, Relaxed);
         }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use nccl_profiler_otel::comm;
+use nccl_profiler_otel::telemetry::consumer;
 
 use crate::drive::{self, Capture, Load, Seen, Tally};
 use crate::support::emulator::{Plugin, logger};
@@ -27,7 +28,7 @@ fn overload(
     cal.throttle();
     let tallies = drive::run(p, &cs, THREADS, Load { rate, ..load });
     // What is left is processed at full speed.
-    comm::set_throttle(0);
+    consumer::set_throttle(0);
     cs.iter().for_each(|c| p.finalize(c.context));
     tallies
         .into_iter()
@@ -186,12 +187,12 @@ fn an_overwritten_mask_still_sheds() {
     let tallies = std::thread::scope(|s| {
         let run = s.spawn(|| drive::run(&p, &cs, 2, load));
         while !run.is_finished() {
-            top = top.max(comm::all().map(comm::Comm::shed_level).max().unwrap_or(0));
+            top = top.max(consumer::all().map(|s| s.shed_level()).max().unwrap_or(0));
             std::thread::sleep(Duration::from_millis(20));
         }
         run.join().expect("drivers")
     });
-    comm::set_throttle(0);
+    consumer::set_throttle(0);
     cs.iter().for_each(|c| p.finalize(c.context));
     for (i, t) in tallies.iter().enumerate() {
         let seen = capture.seen(0x0E80_0000 + i as u64);

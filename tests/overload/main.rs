@@ -1,5 +1,5 @@
 //! Overload: collectives offered at 3× and 10× the drop-free ceiling of a throttled consumer
-//! (`comm::set_throttle`, calibrated to what the drivers reach on this machine), on the plugin
+//! (`consumer::set_throttle`, calibrated to what the drivers reach on this machine), on the plugin
 //! linked into the test. Every operation stays counted, a sample stays timed without bias, memory
 //! stays bounded. Skipped under a sanitizer (`SANITIZER`): the rates mean nothing there.
 //!
@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use drive::Capture;
-use nccl_profiler_otel::{comm, telemetry};
+use nccl_profiler_otel::comm;
+use nccl_profiler_otel::telemetry::{self, consumer};
 use support::emulator::{Comm, Plugin};
 
 /// The telemetry interval of these tests.
@@ -95,7 +96,7 @@ impl Calibration {
 
     /// Measures it (about 0.5 s), with fresh communicators from hash `base` on.
     pub fn measure(p: &Plugin, capture: &Capture, base: u64) -> Calibration {
-        comm::set_throttle(0);
+        consumer::set_throttle(0);
         let shape = comms(p, base, 1);
         let tally = drive::run(p, &shape, 1, drive::Load::paced(200.0, Duration::from_millis(100)));
         shape.iter().for_each(|c| p.finalize(c.context));
@@ -125,6 +126,6 @@ impl Calibration {
     /// Throttles the consumer so that it takes [`Calibration::ceiling`] collectives/s.
     pub fn throttle(&self) {
         let records_per_sec = self.ceiling() * self.records_per_coll;
-        comm::set_throttle((1e9 / records_per_sec) as u64);
+        consumer::set_throttle((1e9 / records_per_sec) as u64);
     }
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use nccl_profiler_otel::comm;
+use nccl_profiler_otel::telemetry::consumer;
 
 use crate::drive::{self, Load};
 use crate::support::emulator::{self, Plugin};
@@ -122,11 +122,11 @@ fn memory_child() {
     drive::run(&p, &cs, THREADS, Load::paced(rate, BURST));
     // The consumer works off what it holds, throttled a little longer.
     std::thread::sleep(3 * crate::INTERVAL);
-    comm::set_throttle(0);
+    consumer::set_throttle(0);
     // The backlog processed, the level back to 0 and what the communicators hold given back
-    // (`Comm::is_idle`), then the telemetry thread's trim.
+    // (`Slot::is_idle`), then the telemetry thread's trim.
     let deadline = std::time::Instant::now() + 50 * crate::INTERVAL;
-    while !comm::all().all(comm::Comm::is_idle) && std::time::Instant::now() < deadline {
+    while !consumer::all().all(|s| s.is_idle()) && std::time::Instant::now() < deadline {
         std::thread::sleep(crate::INTERVAL / 2);
     }
     std::thread::sleep(2 * crate::INTERVAL);

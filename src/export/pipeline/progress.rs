@@ -1,6 +1,6 @@
 //! The progress family (`nccl.progress.*`, `docs/metrics.md`): every interval, each live
 //! communicator's operations in flight, its oldest one, the last completed sequence numbers and
-//! the current hang episode, read from the communicator ([`crate::telemetry::CommDrops::progress`])
+//! the current hang episode, read from the communicator ([`crate::telemetry::CommState::progress`])
 //! whether or not NCCL made progress; and, from each window summary, how long its operations
 //! waited for their peers (the straggler histograms). Called on: the telemetry thread.
 #![forbid(unsafe_code)]
@@ -16,7 +16,7 @@ use super::super::weighted::record_n;
 use super::{Pipeline, comm_attrs};
 use crate::aggregate::{CommProgress, OpSample};
 use crate::record::Func;
-use crate::telemetry::CommDrops;
+use crate::telemetry::CommState;
 
 /// The family's instruments, and what the last interval reported.
 pub(super) struct Progress {
@@ -124,7 +124,7 @@ impl Progress {
 
 impl Pipeline {
     /// Records one communicator slot's progress: its episodes, and its gauges while it is live.
-    pub(super) fn progress(&mut self, c: &CommDrops) {
+    pub(super) fn progress(&mut self, c: &CommState) {
         let p: &CommProgress = &c.progress;
         let seen = self.progress.episodes_seen.entry(c.slot).or_default();
         let before = if seen.0 == c.generation { seen.1 } else { 0 };

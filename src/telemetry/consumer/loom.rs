@@ -14,7 +14,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::tests::{coll, live_with, no_standby, proxy_op};
-use super::{Comm, DropCounts, NONE, WINDOWS};
+use crate::comm::{Comm, DropCounts, NONE, WINDOWS};
 use crate::buffer::window::WindowState;
 use crate::record::Body;
 use crate::record::handle::LANES;
@@ -60,7 +60,7 @@ fn routing_while_the_consumer_switches_windows() {
             })
         };
         // The telemetry thread's tick, an interval after the first window opened.
-        comm.rotate(t0 + Duration::from_secs(2));
+        comm.slot().rotate(t0 + Duration::from_secs(2));
         let handles = [first, user.join().unwrap(), proxy.join().unwrap()];
 
         assert_eq!(comm.drop_counts(), DropCounts::default(), "nothing dropped");
@@ -96,7 +96,8 @@ fn escalation_while_the_consumer_arms() {
             let comm = comm.clone();
             thread::spawn(move || coll(&comm, 2).expect("a window has room"))
         };
-        comm.arm(&comm.windows.lock());
+        let slot = comm.slot();
+        slot.arm(&slot.lock());
         let h = user.join().unwrap();
 
         // The root went to window 0, the current one when it started. Then it found the

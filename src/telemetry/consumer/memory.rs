@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::super::{Comm, Locked, NONE, Route, WINDOWS};
+use super::{Locked, NONE, Route, Slot, WINDOWS};
 use crate::aggregate::WindowSummary;
 use crate::aggregate::link;
 use crate::buffer::window::{WindowState, keep_within};
@@ -40,23 +40,23 @@ thread_local! {
 /// Windows' worth of records (at the count trigger) a thread's [`Scratch`] keeps allocated.
 pub(super) const SCRATCH_WINDOWS: usize = 2;
 
-impl Comm {
-    /// Frees the scratch this thread reads windows into. Called on: the thread of a `finalize` or
-    /// an exit drain, after it; the telemetry thread, once every communicator is idle.
-    pub fn release_scratch() {
-        SCRATCH.with_borrow_mut(|s| s.cap(0));
-    }
+/// Frees the scratch this thread reads windows into. Called on: the thread of a `finalize` or an
+/// exit drain, after it; the telemetry thread, once every communicator is idle.
+pub fn release_scratch() {
+    SCRATCH.with_borrow_mut(|s| s.cap(0));
+}
 
+impl Slot<'_> {
     /// Whether the communicator is not live, or idle with what it held given back.
     /// Called on: the telemetry thread.
     pub fn is_idle(&self) -> bool {
-        !self.is_live() || self.windows.lock().released
+        !self.comm.is_live() || self.state.lock().released
     }
 
     /// Per lane, the slots whose pages a window processed with `claimed` keeps for its next
     /// cycle: about the count trigger's worth in all.
     pub(super) fn keep(&self, claimed: [u32; LANES]) -> [u32; LANES] {
-        keep_within(claimed, u32::try_from(self.count_trigger).unwrap_or(u32::MAX))
+        keep_within(claimed, u32::try_from(self.comm.count_trigger).unwrap_or(u32::MAX))
     }
 
     /// Once the current window has claimed nothing and every other window was processed for an
@@ -70,15 +70,15 @@ impl Comm {
     pub(super) fn release_idle(&self, c: &mut Locked<'_>, secs_per_tick: f64, now: Instant) -> Vec<WindowSummary> {
         let cur = c.current;
         let settled = (0..WINDOWS)
-            .all(|i| i == cur || matches!(self.windows[i].state(), WindowState::Ready | WindowState::Filling));
-        if self.current_window() != cur || self.windows[cur].claimed() > 0 || !settled {
+            .all(|i| i == cur || matches!(self.comm.windows[i].state(), WindowState::Ready | WindowState::Filling));
+        if self.comm.current_window() != cur || self.comm.windows[cur].claimed() > 0 || !settled {
             (c.active, c.released) = (now, false);
             return Vec::new();
         }
         if c.released || now.saturating_duration_since(c.active) < c.interval {
             return Vec::new();
         }
-        let seen = self.route.load(Ordering::Acquire);
+        let seen = self.comm.route.load(Ordering::Acquire);
         // AcqRel: a producer's switch either came first (the exchange fails: not idle after all)
         // or finds no standby.
         let r = Route::unpack(seen);
@@ -89,6 +89,7 @@ impl Comm {
         };
         if r.standby != NONE
             && self
+                .comm
                 .route
                 .compare_exchange(seen, alone.pack(), Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
@@ -104,7 +105,7 @@ impl Comm {
         c.windows().iter().for_each(|w| w.release());
         c.open.shrink();
         self.arm(c);
-        if self.switch_to_standby(cur as u8) {
+        if self.comm.switch_to_standby(cur as u8) {
             self.notice(c, now);
             raced.extend(self.retire(c, cur, secs_per_tick, now));
             self.arm(c);

@@ -1,40 +1,52 @@
-//! The consumer side of a communicator: closing windows on their count or time trigger, tracking
-//! which events are still open ([`crate::aggregate::lifetime`] decides) (and handing every record to the operations in flight as soon as
-//! it is published, with a hang check per poll), sealing and summarising windows, and recycling
-//! them. Every edge of the window state machine is taken here, under the communicator's consumer
-//! lock.
-//! Called on: the telemetry thread (`poll`), the thread freeing the communicator (`finalize`),
-//! NCCL's init thread (`reset`, from `register`).
+//! The consumer side of every communicator, owned by the telemetry thread: closing windows on
+//! their count or time trigger, tracking which events are still open
+//! ([`crate::aggregate::lifetime`] decides) and handing every record to the operations in flight
+//! as soon as it is published (with a hang check per poll), sealing and summarising windows, and
+//! recycling them. Every consumer edge of the window state machine is taken here, under the
+//! communicator's consumer lock ([`Comm::lock`]) and then its [`Consumer`] state's, in that order.
+//! One [`Slot::poll`] returns all the interval needs of a communicator: the summaries, a hang
+//! episode that started (with its WARN line) and the communicator's state ([`CommState`]).
+//! Called on: the telemetry thread (`poll`, `drain`), the thread freeing the communicator
+//! (`finalize`), NCCL's init thread ([`register`]).
 #![forbid(unsafe_code)]
 
+use std::ops::{Deref, DerefMut};
+use std::sync::OnceLock;
 #[cfg(any(test, feature = "testing"))]
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::shed::{Controller, SLOT_BYTES, Signals};
-use super::{Comm, HOLD_PROGRESSING, LIVE, LOST, Locked, NONE, Route, SETTLE, WINDOWS, forced};
-use crate::aggregate::flight::{CommProgress, Flight};
+use parking_lot::{Mutex, MutexGuard};
+
+use super::CommState;
+use crate::aggregate::flight::Flight;
 use crate::aggregate::lifetime::Life;
 use crate::aggregate::link::summarize_in;
 use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release};
-use crate::buffer::window::{Window, WindowState};
+use crate::buffer::window::{self, Window, WindowState};
+use crate::comm::shed::{Controller, SLOT_BYTES, Signals};
+use crate::comm::{self, Comm, Held, LIVE, LOST, NONE, Route, WINDOWS};
 use crate::config::Config;
-use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES};
+use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES, MAX_COMMS};
 use crate::record::{Body, CommMeta, Record};
+
+/// A CLOSING window waits at least this long for children of its last roots (a ProxyOp can
+/// start just after its Coll stopped), then until nothing is open, at most the grace period.
+pub const SETTLE: Duration = Duration::from_millis(20);
+/// Longest a CLOSING window waits (from its closing) for operations of it that still progress
+/// after its grace period (a collective longer than the interval): their stops land in it. Then
+/// it is processed with them open and their later states and stops are lost (counted late).
+pub const HOLD_PROGRESSING: Duration = Duration::from_secs(60);
+/// How soon the telemetry thread looks again at a [`Polled::busy`] communicator: between two
+/// looks a window may take a quarter of its capacity beyond the count trigger (up to the root
+/// share) before new events are dropped, 25,000 records at the default capacity, so 1 ms keeps
+/// up with 25 M records/s per communicator where the usual 10 ms tick keeps up with 2.5 M.
+pub const BUSY_TICK: Duration = Duration::from_millis(1);
 
 /// How long a sealed window's reader waits for a producer that claimed a slot but has not
 /// published it; the record is then counted as unpublished and the window drains later.
 const PUBLISH_WAIT: Duration = Duration::from_millis(10);
-
-/// A hang episode started on some communicator since [`take_hang_started`] last looked.
-static HANG_STARTED: AtomicBool = AtomicBool::new(false);
-
-/// Whether a hang episode started since the last call: the telemetry thread exports at once
-/// then, so that the hang reaches the collector without waiting for the end of the interval.
-pub fn take_hang_started() -> bool {
-    HANG_STARTED.swap(false, Ordering::Relaxed)
-}
 
 /// Test seam: nanoseconds `process` sleeps per record read ([`set_throttle`]).
 #[cfg(any(test, feature = "testing"))]
@@ -49,11 +61,17 @@ pub fn set_throttle(ns_per_record: u64) {
 
 mod memory;
 
+#[cfg(all(test, nccl_loom))]
+mod loom;
+#[cfg(test)]
+mod tests;
+
+pub use memory::release_scratch;
 use memory::{SCRATCH, SCRATCH_WINDOWS, Scratch};
 
 /// Consumer-side bookkeeping of one window.
 #[derive(Clone)]
-pub(super) struct Track {
+struct Track {
     /// When it became FILLING or CLOSING.
     since: Instant,
     /// Sequence number of this window cycle (windows are numbered as they open).
@@ -69,7 +87,8 @@ pub(super) struct Track {
     progressing: Vec<u64>,
 }
 
-pub(super) struct Consumer {
+/// The consumer's state of one communicator slot, started over by each `register`.
+pub struct Consumer {
     meta: CommMeta,
     tracks: [Track; WINDOWS],
     interval: Duration,
@@ -85,13 +104,13 @@ pub(super) struct Consumer {
     shed: Controller,
     /// The last poll that found a claim in the current window or a window not yet processed.
     active: Instant,
-    /// What the communicator holds was given back since ([`Comm::release_idle`]).
+    /// What the communicator holds was given back since ([`Slot::release_idle`]).
     released: bool,
 }
 
 impl Consumer {
     /// The consumer state of a communicator slot before its first `register`.
-    pub(super) fn new(config: &Config) -> Consumer {
+    pub fn new(config: &Config) -> Consumer {
         Consumer {
             meta: CommMeta {
                 hash: 0,
@@ -114,12 +133,13 @@ impl Consumer {
     }
 
     /// The shed level the next window gets: the controller's, unless a test forces one.
-    pub(super) fn wanted_level(&self) -> u8 {
-        forced().unwrap_or_else(|| self.shed.level())
+    fn wanted_level(&self) -> u8 {
+        comm::forced().unwrap_or_else(|| self.shed.level())
     }
 
-    /// Starts over for a newly registered communicator, window 0 current.
-    pub(super) fn reset(&mut self, meta: CommMeta, config: &Config) {
+    /// Starts over for a newly registered communicator, window 0 current; returns the shed level
+    /// of its first windows.
+    pub fn reset(&mut self, meta: CommMeta, config: &Config) -> u8 {
         self.tracks = std::array::from_fn(|_| Track::new(Instant::now()));
         self.interval = config.interval;
         self.current = 0;
@@ -131,7 +151,100 @@ impl Consumer {
         self.active = Instant::now();
         self.released = false;
         self.meta = meta;
+        self.wanted_level()
     }
+}
+
+/// Per registry slot, the consumer's state of its communicator.
+static STATES: [OnceLock<Mutex<Consumer>>; MAX_COMMS] = [const { OnceLock::new() }; MAX_COMMS];
+
+/// A communicator with the consumer's state of it: what the consumer works on.
+#[derive(Clone, Copy)]
+pub struct Slot<'a> {
+    /// The communicator.
+    pub comm: &'a Comm,
+    state: &'a Mutex<Consumer>,
+}
+
+impl<'a> Slot<'a> {
+    /// `comm` with `state` as its consumer state, outside the registry (tests).
+    #[cfg(test)]
+    pub fn new(comm: &'a Comm, state: &'a Mutex<Consumer>) -> Slot<'a> {
+        Slot { comm, state }
+    }
+
+    /// Takes the communicator's consumer lock, then its consumer state.
+    fn lock(&self) -> Locked<'a> {
+        let held = self.comm.lock();
+        Locked {
+            held,
+            c: self.state.lock(),
+        }
+    }
+}
+
+/// The registry's communicator `comm` with its consumer state (every registry slot has one).
+pub fn slot(comm: &'static Comm) -> Option<Slot<'static>> {
+    let state = STATES.get(usize::from(comm.index))?;
+    let state = state.get_or_init(|| Mutex::new(Consumer::new(Config::global())));
+    Some(Slot { comm, state })
+}
+
+/// Every communicator slot allocated so far ([`comm::all`]), with its consumer state.
+pub fn all() -> impl Iterator<Item = Slot<'static>> {
+    comm::all().filter_map(slot)
+}
+
+/// Registers a communicator ([`comm::register`]), its consumer state started over. Called on:
+/// NCCL's init thread.
+pub fn register(meta: CommMeta, config: &Config) -> Option<CommId> {
+    let reset = |comm| slot(comm).map_or(0, |s| s.state.lock().reset(meta.clone(), config));
+    comm::register(&meta, config, reset)
+}
+
+/// A communicator's consumer lock and its consumer state, held in that order.
+struct Locked<'a> {
+    held: Held<'a>,
+    c: MutexGuard<'a, Consumer>,
+}
+
+impl Locked<'_> {
+    /// The windows in the consumer role.
+    fn windows(&self) -> [window::Consumer<'_>; WINDOWS] {
+        self.held.windows()
+    }
+
+    /// The consumer state and the windows in the consumer role, at once.
+    fn split(&mut self) -> (&mut Consumer, [window::Consumer<'_>; WINDOWS]) {
+        (&mut self.c, self.held.windows())
+    }
+}
+
+impl Deref for Locked<'_> {
+    type Target = Consumer;
+
+    fn deref(&self) -> &Consumer {
+        &self.c
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Consumer {
+        &mut self.c
+    }
+}
+
+/// What one poll of a communicator yields: all the telemetry thread's interval needs of it.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// Windows processed and operations released, oldest first.
+    pub summaries: Vec<WindowSummary>,
+    /// The WARN line of a hang episode that started in this poll.
+    pub hang: Option<String>,
+    /// The communicator, its counters and progress now (when the poll was asked for them).
+    pub state: Option<CommState>,
+    /// Its current window fills fast: look again after [`BUSY_TICK`].
+    pub busy: bool,
 }
 
 /// How long children recorded in a later window wait for their operation's window: longer than
@@ -173,44 +286,53 @@ fn has_bit(bits: &[u64], i: u32) -> bool {
     bits.get(i as usize / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
 }
 
-impl Comm {
-    /// [`Comm::poll_loaded`] with an idle telemetry thread (tests and benches).
+impl Slot<'_> {
+    /// [`Slot::poll_loaded`] with an idle telemetry thread, its summaries (tests and benches).
     #[cfg(any(test, feature = "testing"))]
     pub fn poll(&self, now: Instant, secs_per_tick: f64) -> Vec<WindowSummary> {
-        self.poll_loaded(now, secs_per_tick, 0.0)
+        self.poll_loaded(now, secs_per_tick, 0.0, false).summaries
     }
 
     /// Consumer step: finishes draining windows, closes the current window on the count or time
     /// trigger, processes every CLOSING window whose events finished (after [`SETTLE`]) or whose
     /// grace period (one interval, held while an operation of it progresses, up to
     /// [`HOLD_PROGRESSING`]) ran out, oldest first, and releases the operations of the
-    /// table of open operations that are due; then decides the shed level of the windows armed
-    /// next from what the pass saw and `busy`, the fraction of recent time the telemetry thread
-    /// spent working. Called on: the telemetry thread.
-    pub fn poll_loaded(&self, now: Instant, secs_per_tick: f64, busy: f64) -> Vec<WindowSummary> {
-        let mut c = self.windows.lock();
+    /// table of open operations that are due; checks for a hang; then decides the shed level of
+    /// the windows armed next from what the pass saw and `busy`, the fraction of recent time the
+    /// telemetry thread spent working. With `report`, the communicator's state comes too.
+    /// Called on: the telemetry thread.
+    pub fn poll_loaded(&self, now: Instant, secs_per_tick: f64, busy: f64, report: bool) -> Polled {
+        let mut c = self.lock();
+        let mut polled = self.poll_locked(&mut c, now, secs_per_tick, busy);
+        polled.state = report.then(|| self.state(&mut c, now));
+        polled.busy = self.busy();
+        polled
+    }
+
+    /// [`Slot::poll_loaded`] under the locks, without the state.
+    fn poll_locked(&self, c: &mut Locked<'_>, now: Instant, secs_per_tick: f64, busy: f64) -> Polled {
         for (i, w) in c.windows().into_iter().enumerate() {
             if w.state() == WindowState::Processing {
                 w.reset(self.keep(c.tracks[i].scanned));
             }
         }
-        if self.state.load(Ordering::Acquire) & LIVE == 0 {
-            return Vec::new();
+        if self.comm.state.load(Ordering::Acquire) & LIVE == 0 {
+            return Polled::default();
         }
-        self.rotate_if_due(&mut c, now);
+        self.rotate_if_due(c, now);
         let current = c.current;
-        if self.windows[current].state() == WindowState::Filling {
-            self.scan(&mut c, current, now);
+        if self.comm.windows[current].state() == WindowState::Filling {
+            self.scan(c, current, now);
         }
         let grace = c.interval;
         let mut closing: Vec<usize> = (0..WINDOWS)
-            .filter(|&i| self.windows[i].state() == WindowState::Closing)
+            .filter(|&i| self.comm.windows[i].state() == WindowState::Closing)
             .collect();
         closing.sort_by_key(|&i| c.tracks[i].since);
         let mut summaries: Vec<WindowSummary> = closing
             .into_iter()
             .filter_map(|i| {
-                self.scan(&mut c, i, now);
+                self.scan(c, i, now);
                 let t = &c.tracks[i];
                 let age = now.saturating_duration_since(t.since);
                 let done = age >= SETTLE && t.open <= 0;
@@ -218,15 +340,15 @@ impl Comm {
                 let due = || {
                     age >= grace
                         && !(age < longest_closing(grace)
-                            && c.open.flight.progressing_in(i as u8, self.windows[i].epoch(), now, grace))
+                            && c.open.flight.progressing_in(i as u8, self.comm.windows[i].epoch(), now, grace))
                 };
-                (done || due()).then(|| self.process(&mut c, i, secs_per_tick, now))?
+                (done || due()).then(|| self.process(c, i, secs_per_tick, now))?
             })
             .collect();
-        summaries.extend(self.release_idle(&mut c, secs_per_tick, now));
+        summaries.extend(self.release_idle(c, secs_per_tick, now));
         if summaries.is_empty() {
-            let at = self.frontier(&c, now, None, false);
-            let c = &mut *c;
+            let at = self.frontier(c, now, None, false);
+            let c = &mut **c;
             summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
             // Idle: what its operations held when it went idle leaves after it (the hold): the
             // capacity goes with it.
@@ -235,27 +357,26 @@ impl Comm {
             }
         }
         let threshold = c.hang;
-        if let Some(hang) = c.open.flight.check(now, threshold) {
-            HANG_STARTED.store(true, Ordering::Relaxed);
-            self.learn_identity(&mut c);
+        let hang = c.open.flight.check(now, threshold).map(|hang| {
+            self.learn_identity(c);
             let m = &c.meta;
             // ABI v1–v3 never tell the communicator's size.
             let of = if m.nranks > 0 { format!("/{}", m.nranks) } else { String::new() };
-            tracing::warn!(
+            format!(
                 "hang: communicator {:#x} '{}' rank {}{of}: {hang} (threshold {} s)",
                 m.hash,
                 m.name,
                 m.rank,
                 threshold.as_secs_f64()
-            );
-        }
-        let d = self.drop_counts();
+            )
+        });
+        let d = self.comm.drop_counts();
         let signals = Signals {
             drops: c.shed.drops_since(d.full + d.late + d.unpublished),
             processed: summaries.iter().map(|s| s.stats.records).sum(),
             windows: summaries.iter().map(|s| s.stats.windows).sum(),
             backlog: (0..WINDOWS)
-                .filter(|&i| matches!(self.windows[i].state(), WindowState::Closing | WindowState::Processing))
+                .filter(|&i| matches!(self.comm.windows[i].state(), WindowState::Closing | WindowState::Processing))
                 .count(),
             busy,
             buffered: self.buffered(),
@@ -264,12 +385,29 @@ impl Comm {
         };
         c.shed.observe(signals);
         self.drain_counts(&c.meta, &mut summaries);
-        summaries
+        Polled {
+            summaries,
+            hang,
+            ..Polled::default()
+        }
+    }
+
+    /// The communicator, its counters and its progress at `now`.
+    fn state(&self, c: &mut Locked<'_>, now: Instant) -> CommState {
+        self.learn_identity(c);
+        CommState {
+            slot: usize::from(self.comm.index),
+            generation: self.comm.generation(),
+            meta: c.meta.clone(),
+            counts: self.comm.drop_counts(),
+            live: self.comm.is_live(),
+            progress: c.open.flight.snapshot(now),
+        }
     }
 
     /// Bytes of the records claimed in the FILLING and CLOSING windows.
     fn buffered(&self) -> u64 {
-        let windows = self.windows.iter().filter(|w| matches!(w.state(), WindowState::Filling | WindowState::Closing));
+        let windows = self.comm.windows.iter().filter(|w| matches!(w.state(), WindowState::Filling | WindowState::Closing));
         // Capped: a window sealed meanwhile counts as full.
         let lane = |w: &Window, l: usize| w.lane_claimed(l).min(u64::from(w.capacity())) * SLOT_BYTES[l];
         windows.map(|w| (0..LANES).map(|l| lane(w, l)).sum::<u64>()).sum()
@@ -278,46 +416,37 @@ impl Comm {
     /// The shed level the controller wants for the windows armed next. Called on: the telemetry
     /// thread.
     pub fn shed_level(&self) -> u8 {
-        self.windows.lock().shed.level()
+        self.state.lock().shed.level()
     }
 
     /// ABI v1–v3, whose `init` tells neither: takes the communicator's hash and our rank from
     /// its first Coll/P2p once one told them (Release in `identify`), for every summary, hang
     /// line and counter from then on.
     fn learn_identity(&self, c: &mut Consumer) {
-        if c.meta.rank < 0 {
-            let rank = self.learned_rank.load(Ordering::Acquire);
-            if rank >= 0 {
-                c.meta.rank = rank;
-                c.meta.hash = self.learned_hash.load(Ordering::Relaxed);
-            }
+        if c.meta.rank < 0
+            && let Some((hash, rank)) = self.comm.learned()
+        {
+            (c.meta.hash, c.meta.rank) = (hash, rank);
         }
     }
 
-    /// The communicator's progress now: operations in flight, the last completed ones and the
-    /// current hang episode. Called on: the telemetry thread.
-    pub fn progress(&self, now: Instant) -> CommProgress {
-        self.windows.lock().open.flight.snapshot(now)
-    }
-
-    /// Closes the current window if its count or time trigger is due (as [`Comm::poll`] does
+    /// Closes the current window if its count or time trigger is due (as [`Slot::poll`] does
     /// first), without processing anything. Called on: the telemetry thread.
     pub fn rotate(&self, now: Instant) {
-        let mut c = self.windows.lock();
-        if self.is_live() {
+        let mut c = self.lock();
+        if self.comm.is_live() {
             self.rotate_if_due(&mut c, now);
         }
     }
 
     /// Whether the current window holds half the count trigger or more: records arrive fast
-    /// enough that the telemetry thread should look again soon ([`super::BUSY_TICK`]), before
-    /// the window fills past the trigger into the headroom kept for children and stops.
-    /// Called on: the telemetry thread.
-    pub fn busy(&self) -> bool {
-        let cur = self.current_window();
+    /// enough that the telemetry thread should look again soon ([`BUSY_TICK`]), before the window
+    /// fills past the trigger into the headroom kept for children and stops.
+    fn busy(&self) -> bool {
+        let cur = self.comm.current_window();
         // Saturating: a sealed window's lanes count as huge (the current one may be sealed by a
         // racing switch).
-        self.is_live() && self.windows[cur].claimed().saturating_mul(2) >= self.count_trigger
+        self.comm.is_live() && self.comm.windows[cur].claimed().saturating_mul(2) >= self.comm.count_trigger
     }
 
     /// Marks the communicator finalized (later callbacks with its handles are stale) and
@@ -325,10 +454,10 @@ impl Comm {
     /// every operation still held. Returns `None` when `id` is not live. Called on: the thread
     /// freeing the communicator.
     pub fn finalize(&self, id: CommId, secs_per_tick: f64) -> Option<Vec<WindowSummary>> {
-        let mut c = self.windows.lock();
+        let mut c = self.lock();
         let live = u32::from(id.generation) | LIVE;
         // AcqRel: new lookups fail from here on; the windows below are read after.
-        self.state
+        self.comm.state
             .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
         let summaries = self.process_all(&mut c, secs_per_tick);
@@ -340,19 +469,23 @@ impl Comm {
     /// every operation still held, as `finalize` does, but leaves the communicator live with a
     /// fresh FILLING window (callbacks may still come). Needs no free window. Called on: the
     /// telemetry thread, for the exit flush.
-    pub fn drain(&self, secs_per_tick: f64) -> Vec<WindowSummary> {
-        let mut c = self.windows.lock();
-        if !self.is_live() {
-            return Vec::new();
+    pub fn drain(&self, secs_per_tick: f64) -> Polled {
+        let mut c = self.lock();
+        let mut summaries = Vec::new();
+        if self.comm.is_live() {
+            summaries = self.process_all(&mut c, secs_per_tick);
+            if let Some(next) = c.windows().iter().position(|w| w.open()) {
+                self.make_current(&mut c, next, Instant::now());
+                let level = c.wanted_level();
+                self.comm.route.store(Route::alone(next as u8, level).pack(), Ordering::Relaxed);
+                self.arm(&c);
+            }
         }
-        let summaries = self.process_all(&mut c, secs_per_tick);
-        if let Some(next) = c.windows().iter().position(|w| w.open()) {
-            self.make_current(&mut c, next, Instant::now());
-            let level = Consumer::wanted_level(&c);
-            self.route.store(Route::alone(next as u8, level).pack(), Ordering::Relaxed);
-            self.arm(&c);
+        Polled {
+            summaries,
+            state: Some(self.state(&mut c, Instant::now())),
+            ..Polled::default()
         }
-        summaries
     }
 
     /// Processes every FILLING or CLOSING window, oldest first, then releases the whole table of
@@ -366,17 +499,17 @@ impl Comm {
             level: 0,
             standby_level: 0,
         };
-        self.route.fetch_or(none.pack(), Ordering::AcqRel);
-        let current = self.current_window();
+        self.comm.route.fetch_or(none.pack(), Ordering::AcqRel);
+        let current = self.comm.current_window();
         for (i, w) in c.windows().into_iter().enumerate() {
             if i != current && w.state() == WindowState::Filling && w.claimed() == 0 && w.seal().is_some() {
                 w.reset([0; LANES]);
             }
         }
         let mut order: Vec<usize> = (0..WINDOWS)
-            .filter(|&i| matches!(self.windows[i].state(), WindowState::Filling | WindowState::Closing))
+            .filter(|&i| matches!(self.comm.windows[i].state(), WindowState::Filling | WindowState::Closing))
             .collect();
-        order.sort_by_key(|&i| (self.windows[i].state() == WindowState::Filling, c.tracks[i].since));
+        order.sort_by_key(|&i| (self.comm.windows[i].state() == WindowState::Filling, c.tracks[i].since));
         let now = Instant::now();
         let mut summaries: Vec<WindowSummary> = order
             .into_iter()
@@ -389,19 +522,10 @@ impl Comm {
         let c = &mut **c;
         summaries.extend(release(self.window_id(0), &c.meta, secs_per_tick, &mut c.open, at));
         self.drain_counts(&c.meta, &mut summaries);
-        Comm::release_scratch();
+        release_scratch();
         summaries
     }
 
-    /// Stops profiling communicator `id` without processing its windows (after a caught panic);
-    /// its handles become stale and `finalize` finds nothing to do. Called on: any thread.
-    pub fn disable(&self, id: CommId) {
-        let live = u32::from(id.generation) | LIVE;
-        // AcqRel: as in `finalize`.
-        let _ = self
-            .state
-            .compare_exchange(live, u32::from(id.generation), Ordering::AcqRel, Ordering::Acquire);
-    }
 
     /// Catches up with switches of the current window, closes it on the count or time trigger
     /// (switching to the standby window), and arms a standby window when there is none. An
@@ -410,28 +534,28 @@ impl Comm {
     fn rotate_if_due(&self, c: &mut Locked<'_>, now: Instant) {
         self.notice(c, now);
         let cur = c.current;
-        let claimed = self.windows[cur].claimed();
+        let claimed = self.comm.windows[cur].claimed();
         let due = now.saturating_duration_since(c.tracks[cur].since) >= c.interval;
         if claimed == 0 && due {
             c.tracks[cur].since = now;
         }
-        let relevel = claimed == 0 && self.level_now() != Consumer::wanted_level(c);
-        if claimed >= self.count_trigger || claimed > 0 && due || relevel {
+        let relevel = claimed == 0 && self.comm.level_now() != c.wanted_level();
+        if claimed >= self.comm.count_trigger || claimed > 0 && due || relevel {
             // Without a standby (no READY window) the current one keeps filling (until full:
             // drops are counted).
             self.arm(c);
-            if self.switch_to_standby(cur as u8) {
+            if self.comm.switch_to_standby(cur as u8) {
                 self.notice(c, now);
             }
         }
         self.arm(c);
     }
 
-    /// Catches up with a switch of the current window a producer (or [`Comm::rotate_if_due`])
+    /// Catches up with a switch of the current window a producer (or [`Slot::rotate_if_due`])
     /// made: numbers the new current window as the next cycle and closes every other FILLING
     /// window that holds records (the one it replaced and, after a race, any skipped one).
     fn notice(&self, c: &mut Locked<'_>, now: Instant) {
-        let cur = self.current_window();
+        let cur = self.comm.current_window();
         if cur == c.current {
             return;
         }
@@ -446,56 +570,9 @@ impl Comm {
         }
     }
 
-    /// Arms a standby window for producers to switch to, when none is: an opened empty window
-    /// nobody points at (left by a race), else a READY one, opened now; at the level the
-    /// consumer wants ([`Consumer::wanted_level`]). An armed standby takes that level too.
-    pub(super) fn arm(&self, c: &Locked<'_>) {
-        let level = Consumer::wanted_level(c);
-        // Acquire: pairs with a producer's switch. The route changes under us only by a switch
-        // (when a standby is armed) or an escalation (when none is): a failed exchange looks again.
-        let mut seen = self.route.load(Ordering::Acquire);
-        loop {
-            let r = Route::unpack(seen);
-            let next = if r.standby != NONE {
-                if r.standby_level == level {
-                    return;
-                }
-                Route {
-                    standby_level: level,
-                    ..r
-                }
-            } else {
-                let current = usize::from(r.current) % WINDOWS;
-                let others = || {
-                    (1..WINDOWS)
-                        .map(move |k| (c.current + k) % WINDOWS)
-                        .filter(move |&i| i != current)
-                };
-                let armed = others()
-                    .find(|&i| self.windows[i].state() == WindowState::Filling && self.windows[i].claimed() == 0)
-                    .or_else(|| others().find(|&i| c.windows()[i].open()));
-                let Some(i) = armed else { return };
-                Route {
-                    standby: i as u8,
-                    standby_level: level,
-                    ..r
-                }
-            };
-            // Release: the window's opening is visible to the producer that takes it.
-            match self
-                .route
-                .compare_exchange(seen, next.pack(), Ordering::Release, Ordering::Acquire)
-            {
-                Ok(_) => return,
-                Err(actual) => seen = actual,
-            }
-        }
-    }
-
-    /// The window new events go to now (producers may switch it at any time).
-    fn current_window(&self) -> usize {
-        // Acquire: pairs with a producer's switch, so the standby's opening is visible.
-        usize::from(Route::unpack(self.route.load(Ordering::Acquire)).current) % WINDOWS
+    /// Arms a standby window at the level the consumer wants ([`Comm::arm`]).
+    fn arm(&self, c: &Locked<'_>) {
+        self.comm.arm(&c.held, c.current, c.wanted_level());
     }
 
     /// Makes `next` the window the consumer knows as current, numbered as the next cycle.
@@ -515,9 +592,9 @@ impl Comm {
         let filling = c.tracks[c.current].seq;
         let unsettled = (0..WINDOWS)
             .filter(|&i| Some(i) != processing)
-            .filter(|&i| match self.windows[i].state() {
+            .filter(|&i| match self.comm.windows[i].state() {
                 WindowState::Closing => true,
-                WindowState::Filling => self.windows[i].claimed() > 0,
+                WindowState::Filling => self.comm.windows[i].claimed() > 0,
                 WindowState::Ready | WindowState::Processing => false,
             });
         let settled = unsettled
@@ -529,9 +606,9 @@ impl Comm {
             filling,
             settled,
             flush,
-            lost_held: self.lost_held.swap(false, Ordering::Relaxed),
+            lost_held: self.comm.lost_held.swap(false, Ordering::Relaxed),
             drops: {
-                let d = self.drop_counts();
+                let d = self.comm.drop_counts();
                 d.full + d.late + d.unpublished
             },
         }
@@ -540,13 +617,13 @@ impl Comm {
     /// This window's identity as handles name it.
     fn window_id(&self, i: usize) -> WindowId {
         let comm = CommId {
-            slot: self.index,
-            generation: self.generation(),
+            slot: self.comm.index,
+            generation: self.comm.generation(),
         };
         WindowId {
             comm,
             window: i as u8,
-            epoch: self.windows[i].epoch(),
+            epoch: self.comm.windows[i].epoch(),
         }
     }
 
@@ -621,12 +698,12 @@ impl Comm {
         Some(self.read(c, i, n, secs_per_tick, now))
     }
 
-    /// [`Comm::process`] of window `i`, sealed with `n` slots claimed per lane, with this thread's
+    /// [`Slot::process`] of window `i`, sealed with `n` slots claimed per lane, with this thread's
     /// scratch (capped after).
     fn read(&self, c: &mut Locked<'_>, i: usize, n: [u32; LANES], secs_per_tick: f64, now: Instant) -> WindowSummary {
         SCRATCH.with_borrow_mut(|scratch| {
             let summary = self.read_into(scratch, c, i, n, secs_per_tick, now);
-            let trigger = usize::try_from(self.count_trigger).unwrap_or(usize::MAX);
+            let trigger = usize::try_from(self.comm.count_trigger).unwrap_or(usize::MAX);
             scratch.cap(trigger.saturating_mul(SCRATCH_WINDOWS));
             summary
         })
@@ -662,7 +739,7 @@ impl Comm {
                     match window.published(s) {
                         Some(r) => break r,
                         None if Instant::now() >= deadline => {
-                            self.drops.unpublished.fetch_add(1, Ordering::Relaxed);
+                            self.comm.drops.unpublished.fetch_add(1, Ordering::Relaxed);
                             break filler;
                         }
                         None => std::thread::yield_now(),
@@ -684,7 +761,7 @@ impl Comm {
             }
         }
         let at = self.frontier(c, now, Some(i), false);
-        let lost = self.lost[i].swap(0, Ordering::Relaxed) == LOST | (id.epoch & EPOCH_MASK);
+        let lost = self.comm.lost[i].swap(0, Ordering::Relaxed) == LOST | (id.epoch & EPOCH_MASK);
         let sealed = Sealed {
             records,
             lanes,
@@ -708,7 +785,7 @@ impl Comm {
     /// `summaries`, or into a summary of their own when there is none.
     fn drain_counts(&self, meta: &CommMeta, summaries: &mut Vec<WindowSummary>) {
         let mut counted = Vec::new();
-        self.counts.drain(&mut counted);
+        self.comm.counts.drain(&mut counted);
         if counted.is_empty() {
             return;
         }
@@ -718,12 +795,6 @@ impl Comm {
         }
     }
 
-    /// Metadata of the communicator (last registered).
-    pub fn meta(&self) -> CommMeta {
-        let mut c = self.windows.lock();
-        self.learn_identity(&mut c);
-        c.meta.clone()
-    }
 }
 
 /// Sleeps [`THROTTLE`] nanoseconds per record of a window of `n` records per lane.

@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
 
-use super::{Comm, ROOT_SHARE, Route, SETTLE};
+use parking_lot::Mutex;
+
+use super::{Consumer, SETTLE, Slot};
 use crate::aggregate::{CommMeta, WindowSummary};
+use crate::comm::{Comm, ROOT_SHARE, Route};
 use crate::config::Config;
 use crate::record::handle::{CommId, Handle, Kind};
 use crate::record::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart};
@@ -16,13 +19,34 @@ use crate::record::{Algo, Body, CollStart, Datatype, Func, Proto, ProxyOpStart};
 const INTERVAL: Duration = Duration::from_secs(1);
 pub(super) const ID: CommId = CommId { slot: 0, generation: 1 };
 
+/// A communicator outside the registry, with its consumer state.
+pub(super) struct Unit {
+    comm: Comm,
+    state: Mutex<Consumer>,
+}
+
+impl Unit {
+    /// The communicator as its consumer sees it.
+    pub(super) fn slot(&self) -> Slot<'_> {
+        Slot::new(&self.comm, &self.state)
+    }
+}
+
+impl std::ops::Deref for Unit {
+    type Target = Comm;
+
+    fn deref(&self) -> &Comm {
+        &self.comm
+    }
+}
+
 /// A live communicator with windows of `capacity` slots, and the time its windows started.
-fn live(capacity: u32) -> (Comm, Instant) {
+fn live(capacity: u32) -> (Unit, Instant) {
     live_with(capacity, capacity)
 }
 
 /// [`live`], switching windows at `count_trigger` claims.
-pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Comm, Instant) {
+pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Unit, Instant) {
     let config = Config {
         capacity,
         count_trigger,
@@ -38,8 +62,10 @@ pub(super) fn live_with(capacity: u32, count_trigger: u32) -> (Comm, Instant) {
         nnodes: 2,
         gpu: Default::default(),
     };
-    comm.activate(&mut comm.windows.lock(), u32::from(ID.generation), meta, &config);
-    (comm, Instant::now())
+    let state = Mutex::new(Consumer::new(&config));
+    let level = state.lock().reset(meta.clone(), &config);
+    comm.activate(&comm.lock(), u32::from(ID.generation), &meta, level);
+    (Unit { comm, state }, Instant::now())
 }
 
 /// Takes the armed standby window away, as when every other window is still being processed:
@@ -78,8 +104,8 @@ pub(super) fn proxy_op(comm: &Comm, parent: Handle) -> Option<Handle> {
 }
 
 /// Polls at `t0 + at`; the summaries of the windows processed then.
-fn poll(comm: &Comm, t0: Instant, at: Duration) -> Vec<WindowSummary> {
-    comm.poll(t0 + at, 1.0)
+fn poll(comm: &Unit, t0: Instant, at: Duration) -> Vec<WindowSummary> {
+    comm.slot().poll(t0 + at, 1.0)
 }
 
 /// Whether no window was processed (operations released from the table aside).
@@ -172,9 +198,9 @@ fn a_window_past_its_trigger_with_no_standby_escalates_its_level() {
     assert_eq!(level_after(7), 0, "below twice the trigger");
     assert_eq!(level_after(1), 2, "8 claims: one further multiple");
     assert_eq!(level_after(4), 4);
-    assert_eq!(level_after(36), super::shed::MAX_LEVEL, "48 claims, capped");
+    assert_eq!(level_after(36), crate::comm::shed::MAX_LEVEL, "48 claims, capped");
     assert_eq!(comm.drop_counts(), Default::default());
-    comm.rotate(t0 + 2 * INTERVAL);
+    comm.slot().rotate(t0 + 2 * INTERVAL);
     assert_eq!(comm.route_now().current, 1);
     assert_eq!(comm.level_now(), 0, "the standby's level");
 }
@@ -242,7 +268,7 @@ fn a_stop_racing_its_window_cycle_is_counted_late() {
     comm.write(c, 9, Body::Stop);
     assert_eq!(comm.drop_counts().late, 1);
     comm.append(reopened, 51, Body::Stop);
-    let done = comm.finalize(ID, 1.0).unwrap();
+    let done = comm.slot().finalize(ID, 1.0).unwrap();
     let records: u64 = done.iter().map(|s| s.stats.records).sum();
     assert_eq!(records, 2, "the reopened window holds a start and a stop; no filler");
 }
@@ -275,7 +301,7 @@ fn a_lost_child_withholds_its_own_window_cycle_only() {
         let op = proxy_op(&comm, r).unwrap();
         comm.append(op, 100 * u64::from(k) + 7, Body::Stop);
     }
-    for s in comm.finalize(ID, 1.0).unwrap() {
+    for s in comm.slot().finalize(ID, 1.0).unwrap() {
         ops.extend(s.colls.iter().flat_map(|g| g.ops.iter().map(|o| o.duration)));
     }
     assert_eq!(ops[0], None, "the collective whose child was lost: withheld, not short");
@@ -344,7 +370,7 @@ fn counted_operations_ride_the_next_summaries() {
     assert_eq!((first[0].counted[0].ops, first[0].counted[0].bytes), (2, 2 << 20));
     assert!(poll(&comm, t0, Duration::ZERO).is_empty(), "drained once");
     comm.counts.add(key, 1);
-    let last = comm.finalize(ID, 1.0).unwrap();
+    let last = comm.slot().finalize(ID, 1.0).unwrap();
     assert_eq!(last.iter().map(|s| s.counted.len()).sum::<usize>(), 1);
 }
 
@@ -360,20 +386,108 @@ fn an_idle_communicator_gives_its_windows_back() {
     assert!(no_window(poll(&comm, t0, INTERVAL)), "window 0 closes");
     let done = poll(&comm, t0, INTERVAL + SETTLE);
     assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2);
-    assert!(!comm.is_idle(), "not an interval yet");
+    assert!(!comm.slot().is_idle(), "not an interval yet");
     let before = comm.route_now().current;
     assert!(no_window(poll(&comm, t0, 2 * INTERVAL + SETTLE)));
-    assert!(comm.is_idle());
+    assert!(comm.slot().is_idle());
     let Route { current: cur, standby, .. } = comm.route_now();
     assert_ne!(cur, before, "the current window was switched for a released one");
-    assert_ne!(standby, super::NONE, "a standby is armed again");
+    assert_ne!(standby, crate::comm::NONE, "a standby is armed again");
     let others = (0..4u8).filter(|&i| i != cur && i != standby);
     assert!(others.into_iter().all(|i| comm.windows[usize::from(i)].state() == WindowState::Ready));
     let later = coll(&comm, 40).unwrap();
     assert_eq!(later.window(), cur);
     comm.append(later, 41, Body::Stop);
     assert!(no_window(poll(&comm, t0, 3 * INTERVAL + SETTLE)));
-    assert!(!comm.is_idle(), "claims again");
+    assert!(!comm.slot().is_idle(), "claims again");
     let done = poll(&comm, t0, 3 * INTERVAL + 2 * SETTLE);
     assert_eq!(done.iter().map(|s| s.stats.records).sum::<u64>(), 2);
+}
+
+/// The registry's rules that need a finalize: PXN lookups, a full registry.
+mod registry {
+    use super::super::{register, slot};
+    use crate::comm::{TESTS, all, bucket, find_by_hash_tag, get};
+    use crate::config::Config;
+    use crate::record::CommMeta;
+    use crate::record::handle::{CommId, Context, MAX_COMMS};
+
+    /// Finalizes the live communicator `id`.
+    fn finalize(id: CommId) {
+        slot(get(id).unwrap()).unwrap().finalize(id, 1e-9).unwrap();
+    }
+
+    fn meta(hash: u64) -> CommMeta {
+        CommMeta {
+            hash,
+            name: "pxn".into(),
+            rank: 0,
+            nranks: 2,
+            nnodes: 2,
+            gpu: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_pxn_lookup_finds_its_communicator_when_its_bucket_hints_another() {
+        let _serial = TESTS.lock();
+        let config = Config::default();
+        let h1 = 0x5A5A_0000_0000_1234;
+        let tag1 = Context::tag(h1);
+        // A second hash in the same bucket: registered after the first, its slot is the hint.
+        let h2 = (1..)
+            .map(|i| h1 + i)
+            .find(|h| bucket(Context::tag(*h)) == bucket(tag1))
+            .unwrap();
+        let a = register(meta(h1), &config).unwrap();
+        let b = register(meta(h2), &config).unwrap();
+        assert_eq!(find_by_hash_tag(tag1).map(|(id, _)| id), Some(a));
+        assert_eq!(find_by_hash_tag(Context::tag(h2)).map(|(id, _)| id), Some(b));
+        for id in [a, b] {
+            finalize(id);
+        }
+        assert!(
+            find_by_hash_tag(tag1).is_none(),
+            "a finalized communicator is not found"
+        );
+    }
+
+    /// Virtual memory of this process, in kB.
+    fn vm_size_kb() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_full_registry_refuses_without_allocating() {
+        let _serial = TESTS.lock();
+        let small = Config {
+            capacity: 1024,
+            count_trigger: 512,
+            ..Config::default()
+        };
+        let ids: Vec<CommId> = (0..MAX_COMMS as u64)
+            .map(|h| register(meta(0xF111_0000 + h), &small).unwrap())
+            .collect();
+        assert_eq!(all().count(), MAX_COMMS);
+        // A communicator of the largest windows maps some 330 MB of address space: eight leaked
+        // ones would show.
+        let large = Config {
+            capacity: crate::record::handle::MAX_LANE_SLOTS,
+            ..Config::default()
+        };
+        let before = vm_size_kb();
+        assert!(
+            (0..8).all(|_| register(meta(0xF222_0000), &large).is_none()),
+            "every slot is live"
+        );
+        let grown = vm_size_kb().saturating_sub(before);
+        assert!(grown < 1 << 20, "a refused init maps nothing ({grown} kB more)");
+        for id in ids {
+            finalize(id);
+        }
+        let id = register(meta(0xF333_0000), &small).expect("a finalized slot is reused");
+        finalize(id);
+    }
 }
