@@ -492,7 +492,7 @@ mod tests {
     use crate::aggregate::queue::Queue;
     use crate::aggregate::regression::Samples;
     use crate::aggregate::{LinkGroup, WindowStats, WindowSummary};
-    use crate::comm::DropCounts;
+    use crate::telemetry::DropCounts;
     use crate::config::Problem;
     use crate::telemetry::CommState;
     use crate::telemetry::report::{Now, Reporter};

@@ -30,6 +30,7 @@ pub mod sink;
 pub mod thread;
 
 pub use flush::{flush, flush_deadline, wake};
+pub use crate::comm::DropCounts;
 pub use report::{CommState, IntervalEnd, Report, SelfTelemetry};
 pub use process::forked;
 pub use sink::deliver;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::aggregate::flight::CommProgress;
 use crate::aggregate::interval::{Figures, Interval};
 use crate::aggregate::{Split, WindowSummary};
-use crate::comm::DropCounts;
+use super::DropCounts;
 use crate::config::{Config, Problem};
 use crate::record::CommMeta;
 use crate::stats::Snapshot;
