@@ -1,14 +1,11 @@
 //! The cardinality limiter: at most `limit` attribute sets per metric family are recorded as
-//! themselves; later ones go to the [`OVERFLOW_ATTRIBUTE`] series and are counted. Called on: the
-//! telemetry thread (through the pipeline).
+//! themselves; later ones go to the overflow series ([`super::catalogue::keys::OVERFLOW`]) and
+//! are counted. Called on: the telemetry thread (through the pipeline).
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
 
 use opentelemetry::KeyValue;
-
-/// The attribute every measurement beyond the cardinality limit carries instead of its own.
-pub const OVERFLOW_ATTRIBUTE: &str = "otel.metric.overflow";
 
 /// Metric families: the instruments of one family share their attribute sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -21,12 +21,12 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline as SdkPipeline, SdkMeterProvider};
 
-use super::catalogue::{Instruments, OpInstruments};
-use super::limiter::{Family, Limiter, OVERFLOW_ATTRIBUTE};
+use super::catalogue::{Instruments, OpInstruments, keys};
+use super::limiter::{Family, Limiter};
 use super::resource::resource;
 use super::tags::UserTags;
 use super::views::view;
-use super::weighted::{Sampling, counted_attrs};
+use super::weighted::counted_attrs;
 use super::{queue, sdk_temporality};
 use crate::aggregate::interval::{CommKey, Figures, Scale, size_class_name};
 use crate::config::{self, Exporter, Temporality};
@@ -74,7 +74,6 @@ pub struct Pipeline {
     _provider: SdkMeterProvider,
     reader: SharedReader,
     inst: Instruments,
-    sampling: Sampling,
     limiter: Limiter,
     interval: Duration,
     exports: Exports,
@@ -110,12 +109,11 @@ impl Pipeline {
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
         let meter = provider.meter_with_scope(scope);
-        let (inst, progress) = (Instruments::new(&meter), progress::Progress::new(&meter));
+        let inst = Instruments::new(&meter);
         Some(Pipeline {
             _provider: provider,
             reader,
             inst,
-            sampling: Sampling::new(&meter),
             limiter: Limiter {
                 limit: export.cardinality_limit as usize,
                 per_interval: export.temporality == Temporality::Delta,
@@ -124,8 +122,8 @@ impl Pipeline {
             interval: config.interval,
             exports: Exports::default(),
             tags: UserTags::default(),
-            progress,
-            members: member::Members::new(&meter, export),
+            progress: progress::Progress::default(),
+            members: member::Members::new(export),
             endpoint: match export.exporter {
                 Exporter::File => format!("file {}", export.file),
                 Exporter::Stdout => "stdout".to_owned(),
@@ -144,7 +142,7 @@ impl Pipeline {
             return attrs;
         }
         self.overflow(family, n);
-        vec![KeyValue::new(OVERFLOW_ATTRIBUTE, true)]
+        vec![KeyValue::new(keys::OVERFLOW, true)]
     }
 
     /// Adds `nccl.user_tag` for a tagged group of `ops` operations (bounded, [`UserTags`]).
@@ -156,14 +154,14 @@ impl Pipeline {
         if past_bound {
             self.inst.user_tag_overflow.add(ops as u64, &[]);
         }
-        attrs.push(KeyValue::new("nccl.user_tag", name));
+        attrs.push(KeyValue::new(keys::USER_TAG, name));
     }
 
     fn overflow(&mut self, family: Family, n: u64) {
         queue::count_overflow(n);
         self.inst
             .cardinality_overflow
-            .add(n, &[KeyValue::new("nccl.family", family.prefix())]);
+            .add(n, &[KeyValue::new(keys::FAMILY, family.prefix())]);
     }
 
     /// The attributes of a collective group's summed times and bus bytes: its communicator's,
@@ -171,8 +169,8 @@ impl Pipeline {
     fn totals(&mut self, base: &[KeyValue], func: Func, class: u8) -> Vec<KeyValue> {
         let mut attrs = base.to_vec();
         attrs.extend([
-            KeyValue::new("nccl.func", func.as_str()),
-            KeyValue::new("nccl.size_class", size_class_name(class)),
+            KeyValue::new(keys::FUNC, func.as_str()),
+            KeyValue::new(keys::SIZE_CLASS, size_class_name(class)),
         ]);
         self.attrs_or_overflow(Family::Coll, attrs, 4)
     }
@@ -198,11 +196,11 @@ impl Pipeline {
             rest = tail;
             let mut attrs = base.clone();
             attrs.extend([
-                KeyValue::new("nccl.func", g.key.func.as_str()),
-                KeyValue::new("nccl.algo", g.key.algo.as_str()),
-                KeyValue::new("nccl.proto", g.key.proto.as_str()),
-                KeyValue::new("nccl.datatype", g.key.datatype.as_str()),
-                KeyValue::new("nccl.size_class", size_class_name(g.key.size_class)),
+                KeyValue::new(keys::FUNC, g.key.func.as_str()),
+                KeyValue::new(keys::ALGO, g.key.algo.as_str()),
+                KeyValue::new(keys::PROTO, g.key.proto.as_str()),
+                KeyValue::new(keys::DATATYPE, g.key.datatype.as_str()),
+                KeyValue::new(keys::SIZE_CLASS, size_class_name(g.key.size_class)),
             ]);
             attrs.extend(graph_attr(g.key.graph));
             let n = OpInstruments::measurements(&g.ops, splits, &g.transfers);
@@ -217,10 +215,10 @@ impl Pipeline {
         for g in &s.p2ps {
             let mut attrs = base.clone();
             attrs.extend([
-                KeyValue::new("nccl.func", "Send"),
-                KeyValue::new("nccl.peer", i64::from(g.peer)),
-                KeyValue::new("nccl.datatype", g.datatype.as_str()),
-                KeyValue::new("nccl.size_class", size_class_name(g.size_class)),
+                KeyValue::new(keys::FUNC, "Send"),
+                KeyValue::new(keys::PEER, i64::from(g.peer)),
+                KeyValue::new(keys::DATATYPE, g.datatype.as_str()),
+                KeyValue::new(keys::SIZE_CLASS, size_class_name(g.size_class)),
             ]);
             attrs.extend(graph_attr(g.graph));
             let n = OpInstruments::measurements(&g.ops, &[], &g.transfers);
@@ -239,9 +237,9 @@ impl Pipeline {
         }
         if !s.counted.is_empty() {
             let mut attrs = base.clone();
-            attrs.push(KeyValue::new("nccl.reason", "untimed"));
+            attrs.push(KeyValue::new(keys::REASON, "untimed"));
             let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
-            self.sampling.shed.add(s.counted.iter().map(|c| c.ops).sum(), &attrs);
+            self.inst.events_shed.add(s.counted.iter().map(|c| c.ops).sum(), &attrs);
         }
         for l in &s.links {
             let attrs = link_attrs(&CommKey::new(&s.comm, l.rank), Some(l.peer));
@@ -250,7 +248,7 @@ impl Pipeline {
         }
         for (phase, secs) in PHASES.iter().zip(&s.phases).filter(|(_, secs)| !secs.is_empty()) {
             let mut attrs = base.clone();
-            attrs.push(KeyValue::new("nccl.phase", *phase));
+            attrs.push(KeyValue::new(keys::PHASE, *phase));
             let attrs = self.attrs_or_overflow(Family::Kernel, attrs, secs.len() as u64);
             let h = self.inst.kernel_phase_duration.bind(&attrs);
             secs.iter().for_each(|&s| h.record(s));
@@ -287,9 +285,9 @@ impl Pipeline {
             fresh.clear();
         }
         i.link_samples.clear();
-        self.sampling.ratio.clear();
-        self.progress.clear();
-        self.members.clear();
+        self.inst.sampling_ratio.clear();
+        self.inst.comm_member.clear();
+        self.inst.progress.clear();
         self.figures(figures);
         self.self_telemetry(own);
         self.log_export_state();
@@ -303,7 +301,7 @@ impl Pipeline {
                 self.overflow(Family::Profiler, 1);
                 continue;
             }
-            self.sampling.ratio.record(*ratio, &attrs);
+            self.inst.sampling_ratio.record(*ratio, &attrs);
         }
         for link in &figures.links {
             let attrs = link_attrs(&link.comm, Some(link.peer));
@@ -328,7 +326,7 @@ impl Pipeline {
             }
             if let Some(reason) = fit.missing {
                 let mut attrs = attrs;
-                attrs.push(KeyValue::new("nccl.reason", reason));
+                attrs.push(KeyValue::new(keys::REASON, reason));
                 let attrs = self.attrs_or_overflow(Family::Link, attrs, 1);
                 self.inst.link_latency_missing.add(1, &attrs);
             }
@@ -349,7 +347,7 @@ impl Pipeline {
     /// (zero included, so every series exists from the first export on).
     fn self_telemetry(&mut self, own: &SelfTelemetry) {
         let (d, i) = (own.stats, &self.inst);
-        let reason = |r: &'static str| [KeyValue::new("nccl.reason", r)];
+        let reason = |r: &'static str| [KeyValue::new(keys::REASON, r)];
         i.panics.add(d.panics, &[]);
         i.events_rejected.add(d.null_args, &reason("null_arg"));
         i.events_rejected.add(d.stale, &reason("stale"));
@@ -367,8 +365,8 @@ impl Pipeline {
         // Counted once, then zero every interval: the series lasts, its total stays one.
         for p in own.config_problems {
             let attrs = [
-                KeyValue::new("nccl.variable", p.variable.clone()),
-                KeyValue::new("nccl.reason", p.kind.as_str()),
+                KeyValue::new(keys::VARIABLE, p.variable.clone()),
+                KeyValue::new(keys::REASON, p.kind.as_str()),
             ];
             i.config_problems.add(u64::from(own.first_problems), &attrs);
         }
@@ -394,16 +392,16 @@ impl Pipeline {
             self.member(meta);
             for (reason, delta) in [("full", d.full), ("late", d.late), ("unpublished", d.unpublished)] {
                 let mut attrs = comm_attrs(meta);
-                attrs.push(KeyValue::new("nccl.reason", reason));
+                attrs.push(KeyValue::new(keys::REASON, reason));
                 let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
                 self.inst.events_dropped.add(delta, &attrs);
             }
             // Untimed operations are counted as their summaries are recorded.
             for (reason, delta) in [("detail", d.shed), ("untimed", 0)] {
                 let mut attrs = comm_attrs(meta);
-                attrs.push(KeyValue::new("nccl.reason", reason));
+                attrs.push(KeyValue::new(keys::REASON, reason));
                 let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
-                self.sampling.shed.add(delta, &attrs);
+                self.inst.events_shed.add(delta, &attrs);
             }
         }
         self.end_progress();
@@ -456,7 +454,7 @@ impl telemetry::Pipeline for Pipeline {
 
 /// `nccl.graph_captured`, when NCCL tells (2.28+).
 fn graph_attr(graph: Option<bool>) -> Option<KeyValue> {
-    graph.map(|g| KeyValue::new("nccl.graph_captured", g))
+    graph.map(|g| KeyValue::new(keys::GRAPH_CAPTURED, g))
 }
 
 /// `nccl.comm.hash`, `nccl.comm.name`, `nccl.rank`, `nccl.nranks`.
@@ -467,7 +465,7 @@ fn comm_attrs(meta: &CommMeta) -> Vec<KeyValue> {
 /// The channel's attributes: its communicator's and `nccl.channel`.
 fn channel_attrs(comm: &CommKey, channel: u8) -> Vec<KeyValue> {
     let mut attrs = link_attrs(comm, None);
-    attrs.push(KeyValue::new("nccl.channel", i64::from(channel)));
+    attrs.push(KeyValue::new(keys::CHANNEL, i64::from(channel)));
     attrs
 }
 
@@ -475,14 +473,14 @@ fn channel_attrs(comm: &CommKey, channel: u8) -> Vec<KeyValue> {
 /// for a link, `nccl.peer`; no `nccl.nranks` when the size is unknown (0: ABI v1–v3).
 fn link_attrs(comm: &CommKey, peer: Option<i32>) -> Vec<KeyValue> {
     let mut attrs = vec![
-        KeyValue::new("nccl.comm.hash", format!("{:#x}", comm.hash)),
-        KeyValue::new("nccl.comm.name", comm.name.clone()),
-        KeyValue::new("nccl.rank", i64::from(comm.rank)),
+        KeyValue::new(keys::COMM_HASH, format!("{:#x}", comm.hash)),
+        KeyValue::new(keys::COMM_NAME, comm.name.clone()),
+        KeyValue::new(keys::RANK, i64::from(comm.rank)),
     ];
     if comm.nranks > 0 {
-        attrs.push(KeyValue::new("nccl.nranks", i64::from(comm.nranks)));
+        attrs.push(KeyValue::new(keys::NRANKS, i64::from(comm.nranks)));
     }
-    attrs.extend(peer.map(|p| KeyValue::new("nccl.peer", i64::from(p))));
+    attrs.extend(peer.map(|p| KeyValue::new(keys::PEER, i64::from(p))));
     attrs
 }
 

@@ -5,6 +5,7 @@
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 
+use super::catalogue::keys;
 use crate::config;
 
 /// The resource of every export: `service.name`, `service.instance.id`, `host.name`,
@@ -14,16 +15,16 @@ pub fn resource(config: &config::Export) -> Resource {
     let pid = std::process::id();
     let host = host_name();
     let mut attributes = vec![
-        KeyValue::new("service.instance.id", instance_id(&host, pid, config)),
-        KeyValue::new("telemetry.sdk.name", "opentelemetry"),
-        KeyValue::new("telemetry.sdk.language", "rust"),
-        KeyValue::new("telemetry.distro.name", "nccl-profiler-otel"),
-        KeyValue::new("telemetry.distro.version", env!("CARGO_PKG_VERSION")),
-        KeyValue::new("host.name", host),
-        KeyValue::new("process.pid", i64::from(pid)),
+        KeyValue::new(keys::SERVICE_INSTANCE_ID, instance_id(&host, pid, config)),
+        KeyValue::new(keys::SDK_NAME, "opentelemetry"),
+        KeyValue::new(keys::SDK_LANGUAGE, "rust"),
+        KeyValue::new(keys::DISTRO_NAME, "nccl-profiler-otel"),
+        KeyValue::new(keys::DISTRO_VERSION, env!("CARGO_PKG_VERSION")),
+        KeyValue::new(keys::HOST_NAME, host),
+        KeyValue::new(keys::PROCESS_PID, i64::from(pid)),
     ];
     attributes.extend(config.resource.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
-    attributes.push(KeyValue::new("service.name", config.service_name.clone()));
+    attributes.push(KeyValue::new(keys::SERVICE_NAME, config.service_name.clone()));
     Resource::builder_empty().with_attributes(attributes).build()
 }
 
@@ -31,7 +32,7 @@ pub fn resource(config: &config::Export) -> Resource {
 /// process at any one time (the rank tells apart the processes of two PID namespaces on one host,
 /// e.g. two containers), so that no two processes' series coincide.
 fn instance_id(host: &str, pid: u32, config: &config::Export) -> String {
-    match config.attribute("job.rank") {
+    match config.attribute(keys::JOB_RANK.as_str()) {
         Some(rank) => format!("{host}:{pid}:{rank}"),
         None => format!("{host}:{pid}"),
     }

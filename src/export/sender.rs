@@ -23,6 +23,7 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
 use parking_lot::Mutex;
 
 use super::queue;
+use super::catalogue::keys;
 use super::resource::host_name;
 use super::sdk_temporality;
 use crate::config::{self, Compression, Exporter, Protocol};
@@ -320,8 +321,8 @@ pub fn file_path(config: &config::Export) -> String {
     let values = PathValues {
         host: &host_name(),
         pid: std::process::id(),
-        rank: config.attribute("job.rank").unwrap_or("x"),
-        job: config.attribute("job.id").unwrap_or("x"),
+        rank: config.attribute(keys::JOB_RANK.as_str()).unwrap_or("x"),
+        job: config.attribute(keys::JOB_ID.as_str()).unwrap_or("x"),
     };
     expand_path(&config.file, &values)
 }

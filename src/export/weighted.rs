@@ -9,9 +9,9 @@
 #![forbid(unsafe_code)]
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{BoundHistogram, Counter, Meter};
+use opentelemetry::metrics::BoundHistogram;
 
-use super::catalogue::{Fresh, OpInstruments, counter, gauge};
+use super::catalogue::{OpInstruments, keys};
 use super::limiter::Family;
 use crate::aggregate::interval::{Scale, size_class_name};
 use crate::aggregate::{OpSample, SERVICE_MISSING, Split, Transfer};
@@ -111,7 +111,7 @@ impl OpInstruments {
                 let n = missing.map(|(_, o)| u64::from(weight(o))).sum::<u64>();
                 if n > 0 {
                     let mut attrs = totals.to_vec();
-                    attrs.push(KeyValue::new("nccl.reason", reason));
+                    attrs.push(KeyValue::new(keys::REASON, reason));
                     served.missing.add(n, &attrs);
                 }
             }
@@ -156,59 +156,32 @@ impl OpInstruments {
 /// with every attribute `other` (as collectives). No tag, no graph attribute.
 pub(super) fn counted_attrs(base: &[KeyValue], c: &Counted) -> (Family, Vec<KeyValue>) {
     let mut attrs = base.to_vec();
-    let class = |k: u8| KeyValue::new("nccl.size_class", size_class_name(k));
+    let class = |k: u8| KeyValue::new(keys::SIZE_CLASS, size_class_name(k));
     match c.key {
         Some(k) if k.p2p => {
             attrs.extend([
-                KeyValue::new("nccl.func", k.func.as_str()),
-                KeyValue::new("nccl.peer", OTHER),
-                KeyValue::new("nccl.datatype", OTHER),
+                KeyValue::new(keys::FUNC, k.func.as_str()),
+                KeyValue::new(keys::PEER, OTHER),
+                KeyValue::new(keys::DATATYPE, OTHER),
                 class(k.class),
             ]);
             (Family::P2p, attrs)
         }
         Some(k) => {
             attrs.extend([
-                KeyValue::new("nccl.func", k.func.as_str()),
-                KeyValue::new("nccl.algo", k.algo.as_str()),
-                KeyValue::new("nccl.proto", k.proto.as_str()),
-                KeyValue::new("nccl.datatype", OTHER),
+                KeyValue::new(keys::FUNC, k.func.as_str()),
+                KeyValue::new(keys::ALGO, k.algo.as_str()),
+                KeyValue::new(keys::PROTO, k.proto.as_str()),
+                KeyValue::new(keys::DATATYPE, OTHER),
                 class(k.class),
             ]);
             (Family::Coll, attrs)
         }
         None => {
-            let keys = ["nccl.func", "nccl.algo", "nccl.proto", "nccl.datatype", "nccl.size_class"];
+            let keys = [keys::FUNC, keys::ALGO, keys::PROTO, keys::DATATYPE, keys::SIZE_CLASS];
             attrs.extend(keys.map(|k| KeyValue::new(k, OTHER)));
             (Family::Coll, attrs)
         }
     }
 }
 
-/// The instruments of sampling under overload.
-pub(super) struct Sampling {
-    /// Per communicator: operations timed ÷ operations counted in the interval.
-    pub(super) ratio: Fresh<f64>,
-    /// Events not recorded under overload, by reason.
-    pub(super) shed: Counter<u64>,
-}
-
-impl Sampling {
-    pub(super) fn new(meter: &Meter) -> Self {
-        Sampling {
-            ratio: gauge(
-                meter,
-                "nccl.sampling.ratio",
-                "1",
-                "Fraction of the communicator's operations timed in the interval (1 unless overload sheds records): \
-                 timed figures carry weights so that they stand for every operation",
-            ),
-            shed: counter(
-                meter,
-                "nccl.profiler.events.shed",
-                "{event}",
-                "Events not recorded under overload, by reason: detail (ProxyStep detail), untimed (operations counted and sized without a record)",
-            ),
-        }
-    }
-}

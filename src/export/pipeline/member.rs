@@ -9,55 +9,42 @@
 #![forbid(unsafe_code)]
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::Meter;
 
-use super::super::catalogue::{Fresh, gauge};
+use super::super::catalogue::keys;
 use super::super::limiter::Family;
 use super::super::resource::host_name;
 use super::{Pipeline, comm_attrs};
 use crate::config;
 use crate::record::CommMeta;
 
-/// The gauge, and the attributes of this process that every member series carries.
+/// The attributes of this process that every member series carries.
 pub(super) struct Members {
-    gauge: Fresh<f64>,
     process: Vec<KeyValue>,
 }
 
 impl Members {
-    /// The gauge, and this process's place from the resource's attributes: `host.name` (the
-    /// user's, else the kernel's), `job.node_name` (the launcher's node, else `k8s.node.name`,
-    /// else the host) and `job.rank` when the launcher gives one.
-    pub(super) fn new(meter: &Meter, export: &config::Export) -> Members {
+    /// This process's place from the resource's attributes: `host.name` (the user's, else the
+    /// kernel's), `job.node_name` (the launcher's node, else `k8s.node.name`, else the host) and
+    /// `job.rank` when the launcher gives one.
+    pub(super) fn new(export: &config::Export) -> Members {
         let get = |key: &str| export.attribute(key).map(str::to_owned);
-        let host = get("host.name").unwrap_or_else(host_name);
-        let node = get("job.node_name").or_else(|| get("k8s.node.name"));
+        let host = get(keys::HOST_NAME.as_str()).unwrap_or_else(host_name);
+        let node = get(keys::JOB_NODE_NAME.as_str()).or_else(|| get(keys::K8S_NODE_NAME.as_str()));
         let mut process = vec![
-            KeyValue::new("job.node_name", node.unwrap_or_else(|| host.clone())),
-            KeyValue::new("host.name", host),
+            KeyValue::new(keys::JOB_NODE_NAME, node.unwrap_or_else(|| host.clone())),
+            KeyValue::new(keys::HOST_NAME, host),
         ];
-        process.extend(get("job.rank").map(|rank| KeyValue::new("job.rank", rank)));
-        let gauge = gauge(
-            meter,
-            "nccl.comm.member",
-            "{member}",
-            "1 per communicator of this process: its rank there, with the process's host, node and launcher rank",
-        );
-        Members { gauge, process }
+        process.extend(get(keys::JOB_RANK.as_str()).map(|rank| KeyValue::new(keys::JOB_RANK, rank)));
+        Members { process }
     }
 
     /// The member series' attributes of communicator `meta`.
     fn attrs(&self, meta: &CommMeta) -> Vec<KeyValue> {
         let mut attrs = comm_attrs(meta);
         attrs.extend(self.process.iter().cloned());
-        let gpu = [("gpu.uuid", &meta.gpu.uuid), ("gpu.pci_bus_id", &meta.gpu.pci_bus_id)];
+        let gpu = [(keys::GPU_UUID, &meta.gpu.uuid), (keys::GPU_PCI_BUS_ID, &meta.gpu.pci_bus_id)];
         attrs.extend(gpu.into_iter().filter_map(|(key, value)| Some(KeyValue::new(key, value.clone()?))));
         attrs
-    }
-
-    /// Starts an interval: last interval's series go.
-    pub(super) fn clear(&self) {
-        self.gauge.clear();
     }
 }
 
@@ -66,15 +53,12 @@ impl Pipeline {
     pub(super) fn member(&mut self, meta: &CommMeta) {
         let attrs = self.members.attrs(meta);
         let attrs = self.attrs_or_overflow(Family::Profiler, attrs, 1);
-        self.members.gauge.record(1.0, &attrs);
+        self.inst.comm_member.record(1.0, &attrs);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use opentelemetry::metrics::MeterProvider as _;
-    use opentelemetry_sdk::metrics::SdkMeterProvider;
-
     use super::*;
     use crate::record::Gpu;
 
@@ -87,8 +71,7 @@ mod tests {
     fn gpu_attrs(resource: &[(&str, &str)], gpu: Gpu) -> Vec<(String, String)> {
         let mut export = config::Config::default().export;
         export.resource = resource.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        let provider = SdkMeterProvider::default();
-        let members = Members::new(&provider.meter("test"), &export);
+        let members = Members::new(&export);
         let meta = CommMeta {
             hash: 0xab,
             name: "c".into(),

@@ -7,10 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::{Key, KeyValue};
 
-use super::super::catalogue::{DURATION_BOUNDS, Fresh, gauge, histogram};
+use super::super::catalogue::keys;
 use super::super::limiter::Family;
 use super::super::weighted::record_n;
 use super::{Pipeline, comm_attrs};
@@ -18,108 +17,14 @@ use crate::aggregate::{CommProgress, OpSample};
 use crate::record::Func;
 use crate::telemetry::CommState;
 
-/// The family's instruments, and what the last interval reported.
+/// What the last interval reported of the progress family.
+#[derive(Default)]
 pub(super) struct Progress {
-    in_flight: Fresh<f64>,
-    oldest_age: Fresh<f64>,
-    oldest_idle: Fresh<f64>,
-    oldest_seq: Fresh<f64>,
-    oldest_bytes: Fresh<f64>,
-    completed_seq: Fresh<f64>,
-    stuck: Fresh<f64>,
-    episodes: Counter<u64>,
-    peer_wait: Histogram<f64>,
-    sync_wait: Histogram<f64>,
     /// Per slot: the generation and the episodes reported for it.
     episodes_seen: HashMap<usize, (u16, u64)>,
     /// The stuck series of the last interval: one that ends is reported once more, at 0.
     stuck_seen: HashSet<Vec<KeyValue>>,
     stuck_now: HashSet<Vec<KeyValue>>,
-}
-
-impl Progress {
-    pub(super) fn new(meter: &Meter) -> Progress {
-        Progress {
-            in_flight: gauge(
-                meter,
-                "nccl.progress.in_flight",
-                "{operation}",
-                "Collectives and P2P sends started and not completed",
-            ),
-            oldest_age: gauge(
-                meter,
-                "nccl.progress.oldest.age",
-                "s",
-                "Time since the oldest operation in flight started",
-            ),
-            oldest_idle: gauge(
-                meter,
-                "nccl.progress.oldest.idle",
-                "s",
-                "Time since the oldest operation in flight or one of its children made progress",
-            ),
-            oldest_seq: gauge(
-                meter,
-                "nccl.progress.oldest.seq",
-                "{operation}",
-                "Sequence number (per function) of the oldest collective in flight",
-            ),
-            oldest_bytes: gauge(
-                meter,
-                "nccl.progress.oldest.bytes",
-                "By",
-                "Size of the oldest operation in flight as nccl-tests reports it",
-            ),
-            completed_seq: gauge(
-                meter,
-                "nccl.progress.completed.seq",
-                "{operation}",
-                "Sequence number of the last completed collective, per function",
-            ),
-            stuck: gauge(
-                meter,
-                "nccl.progress.hang.stuck",
-                "s",
-                "Time the hung operation has made no progress, per peer and wait kind (0 once it resumed)",
-            ),
-            episodes: meter
-                .u64_counter("nccl.progress.hang.episodes")
-                .with_unit("{episode}")
-                .with_description("Hang episodes: an operation made no progress for the hang threshold")
-                .build(),
-            peer_wait: histogram(
-                meter,
-                "nccl.progress.peer_wait",
-                "s",
-                "Per operation and peer: how long its first transfer to the peer waited for the peer to post its receive",
-                &DURATION_BOUNDS,
-            ),
-            sync_wait: histogram(
-                meter,
-                "nccl.progress.sync_wait",
-                "s",
-                "Per operation: its longest kernel channel initial synchronisation with its peers (NCCL 2.31+)",
-                &DURATION_BOUNDS,
-            ),
-            episodes_seen: HashMap::new(),
-            stuck_seen: HashSet::new(),
-            stuck_now: HashSet::new(),
-        }
-    }
-
-    /// Starts an interval: last interval's gauges go.
-    pub(super) fn clear(&self) {
-        let gauges = [
-            &self.in_flight,
-            &self.oldest_age,
-            &self.oldest_idle,
-            &self.oldest_seq,
-            &self.oldest_bytes,
-            &self.completed_seq,
-            &self.stuck,
-        ];
-        gauges.into_iter().for_each(Fresh::clear);
-    }
 }
 
 impl Pipeline {
@@ -133,21 +38,21 @@ impl Pipeline {
         let base = comm_attrs(&c.meta);
         if new > 0 || c.live {
             let attrs = self.attrs_or_overflow(Family::Progress, base.clone(), 1);
-            self.progress.episodes.add(new, &attrs);
+            self.inst.progress.episodes.add(new, &attrs);
         }
         if !c.live {
             return;
         }
         let attrs = self.attrs_or_overflow(Family::Progress, base.clone(), 1);
-        self.progress.in_flight.record(p.in_flight as f64, &attrs);
-        let with = |k: &'static str, v: &'static str| {
+        self.inst.progress.in_flight.record(p.in_flight as f64, &attrs);
+        let with = |k: Key, v: &'static str| {
             let mut attrs = base.clone();
             attrs.push(KeyValue::new(k, v));
             attrs
         };
         if let Some(o) = p.oldest {
-            let attrs = self.attrs_or_overflow(Family::Progress, with("nccl.func", o.func.as_str()), 4);
-            let g = &self.progress;
+            let attrs = self.attrs_or_overflow(Family::Progress, with(keys::FUNC, o.func.as_str()), 4);
+            let g = &self.inst.progress;
             g.oldest_age.record(o.age.as_secs_f64(), &attrs);
             g.oldest_idle.record(o.idle.as_secs_f64(), &attrs);
             g.oldest_bytes.record(o.bytes as f64, &attrs);
@@ -156,18 +61,18 @@ impl Pipeline {
             }
         }
         for (func, seq) in &p.completed {
-            let attrs = self.attrs_or_overflow(Family::Progress, with("nccl.func", func.as_str()), 1);
-            self.progress.completed_seq.record(*seq as f64, &attrs);
+            let attrs = self.attrs_or_overflow(Family::Progress, with(keys::FUNC, func.as_str()), 1);
+            self.inst.progress.completed_seq.record(*seq as f64, &attrs);
         }
         if let Some(hang) = &p.hang {
-            let mut keys: Vec<_> = hang.channels.iter().map(|s| (s.peer, s.wait)).collect();
-            keys.sort();
-            keys.dedup();
-            for (peer, wait) in keys {
-                let mut attrs = with("nccl.wait", wait.as_str());
-                attrs.extend(peer.map(|p| KeyValue::new("nccl.peer", i64::from(p))));
+            let mut waits: Vec<_> = hang.channels.iter().map(|s| (s.peer, s.wait)).collect();
+            waits.sort();
+            waits.dedup();
+            for (peer, wait) in waits {
+                let mut attrs = with(keys::WAIT, wait.as_str());
+                attrs.extend(peer.map(|p| KeyValue::new(keys::PEER, i64::from(p))));
                 let attrs = self.attrs_or_overflow(Family::Progress, attrs, 1);
-                self.progress.stuck.record(hang.idle.as_secs_f64(), &attrs);
+                self.inst.progress.stuck.record(hang.idle.as_secs_f64(), &attrs);
                 self.progress.stuck_now.insert(attrs);
             }
         }
@@ -187,20 +92,20 @@ impl Pipeline {
         let n = |v: &[(f64, u32)]| v.iter().map(|(_, w)| u64::from(*w)).sum::<u64>();
         let with_func = || {
             let mut attrs = base.to_vec();
-            attrs.push(KeyValue::new("nccl.func", func.as_str()));
+            attrs.push(KeyValue::new(keys::FUNC, func.as_str()));
             attrs
         };
         for (peer, secs) in by_peer.into_iter().filter(|(_, v)| !v.is_empty()) {
             let mut attrs = with_func();
-            attrs.push(KeyValue::new("nccl.peer", i64::from(peer)));
+            attrs.push(KeyValue::new(keys::PEER, i64::from(peer)));
             let attrs = self.attrs_or_overflow(Family::Progress, attrs, n(&secs));
-            let h = self.progress.peer_wait.bind(&attrs);
+            let h = self.inst.progress.peer_wait.bind(&attrs);
             secs.iter().for_each(|&(s, w)| record_n(&h, s, w));
         }
         let sync: Vec<(f64, u32)> = ops.iter().filter_map(|o| weighted(o, o.waits.sync)).collect();
         if !sync.is_empty() {
             let attrs = self.attrs_or_overflow(Family::Progress, with_func(), n(&sync));
-            let h = self.progress.sync_wait.bind(&attrs);
+            let h = self.inst.progress.sync_wait.bind(&attrs);
             sync.iter().for_each(|&(s, w)| record_n(&h, s, w));
         }
     }
@@ -209,7 +114,7 @@ impl Pipeline {
     pub(super) fn end_progress(&mut self) {
         let g = &mut self.progress;
         for ended in g.stuck_seen.difference(&g.stuck_now) {
-            g.stuck.record(0.0, ended);
+            self.inst.progress.stuck.record(0.0, ended);
         }
         g.stuck_seen = std::mem::take(&mut g.stuck_now);
     }

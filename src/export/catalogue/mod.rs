@@ -1,6 +1,7 @@
 //! The metric catalogue (`docs/metrics.md`, followed exactly here): every instrument's name,
-//! unit, description and histogram bounds (a group of operations is recorded into them by
-//! [`super::weighted`]).
+//! unit, description and histogram bounds, and every attribute key ([`keys`]); the operations'
+//! instruments ([`ops`], a group of operations is recorded into them by [`super::weighted`]) and
+//! the progress family's ([`progress`]) apart.
 //! Called on: the telemetry thread (through the pipeline).
 #![forbid(unsafe_code)]
 
@@ -10,6 +11,13 @@ use std::sync::Arc;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{AsyncInstrument, Counter, Histogram, Meter, ObservableGauge};
 use parking_lot::Mutex;
+
+pub mod keys;
+mod ops;
+mod progress;
+
+pub(super) use ops::OpInstruments;
+pub(super) use progress::ProgressInstruments;
 
 /// Histogram bounds for sizes (`By`): powers of two from 1 KiB to 4 GiB.
 pub const SIZE_BOUNDS: [f64; 23] = {
@@ -43,175 +51,6 @@ pub const COUNT_BOUNDS: [f64; 17] = {
     }
     b
 };
-
-/// Histograms of collectives or P2P sends.
-/// Byte histograms are `f64`: the OTLP sum is a double anyway, and an `f64` sum cannot overflow
-/// (a `u64` one can, on absurd byte counts: the SDK then panics in debug builds and wraps in
-/// release).
-pub(super) struct OpInstruments {
-    pub(super) bytes: Histogram<f64>,
-    pub(super) duration: Histogram<f64>,
-    pub(super) kernel_duration: Histogram<f64>,
-    pub(super) algbw: Histogram<f64>,
-    pub(super) busbw: Histogram<f64>,
-    pub(super) kernel_algbw: Histogram<f64>,
-    pub(super) kernel_busbw: Histogram<f64>,
-    pub(super) transfers: Histogram<u64>,
-    pub(super) transfer_size: Histogram<f64>,
-    pub(super) transfer_duration: Histogram<f64>,
-    /// Collectives only: a group's P2P sends run together (one kernel), not one after the other.
-    pub(super) served: Option<Served>,
-}
-
-/// The split of collectives' latency and the sums that make busBw a ratio of sums.
-pub(super) struct Served {
-    pub(super) service: Histogram<f64>,
-    pub(super) queue: Histogram<f64>,
-    pub(super) service_time: Counter<f64>,
-    pub(super) service_bus_bytes: Counter<f64>,
-    pub(super) kernel_time: Counter<f64>,
-    pub(super) kernel_bus_bytes: Counter<f64>,
-    pub(super) missing: Counter<u64>,
-}
-
-impl Served {
-    fn new(meter: &Meter, prefix: &str, what: &str) -> Self {
-        Served {
-            service: histogram(
-                meter,
-                format!("{prefix}.service.duration"),
-                "s",
-                format!("Service time of each {what}: from the communicator being free (or its enqueue) to completion"),
-                &DURATION_BOUNDS,
-            ),
-            queue: histogram(
-                meter,
-                format!("{prefix}.queue.duration"),
-                "s",
-                format!("Queue wait of each {what}: enqueue until the earlier operations of its communicator completed"),
-                &DURATION_BOUNDS,
-            ),
-            service_time: f64_counter(
-                meter,
-                format!("{prefix}.service.time"),
-                "s",
-                format!("Service time of every {what} with a service time and a bus factor, summed"),
-            ),
-            service_bus_bytes: f64_counter(
-                meter,
-                format!("{prefix}.service.bus_bytes"),
-                "By",
-                format!(
-                    "Bytes × bus factor of every {what} counted in {prefix}.service.time: \
-                     their rate over its rate is nccl-tests' busBw"
-                ),
-            ),
-            kernel_time: f64_counter(
-                meter,
-                format!("{prefix}.kernel.time"),
-                "s",
-                format!("GPU time of every {what} with a GPU time and a bus factor, summed"),
-            ),
-            kernel_bus_bytes: f64_counter(
-                meter,
-                format!("{prefix}.kernel.bus_bytes"),
-                "By",
-                format!(
-                    "Bytes × bus factor of every {what} counted in {prefix}.kernel.time: \
-                     their rate over its rate is the GPU's busBw"
-                ),
-            ),
-            missing: meter
-                .u64_counter(format!("{prefix}.service.missing"))
-                .with_unit("{operation}")
-                .with_description(format!("Number of {what}s without a service time, by reason"))
-                .build(),
-        }
-    }
-}
-
-impl OpInstruments {
-    /// `serial`: the operations run one after the other on their communicator (collectives), so
-    /// their latency is split and their busBw summed.
-    fn new(meter: &Meter, prefix: &str, what: &str, serial: bool) -> Self {
-        let host = if serial { "service time" } else { "host time" };
-        OpInstruments {
-            bytes: histogram(
-                meter,
-                format!("{prefix}.bytes"),
-                "By",
-                format!("Size of each {what} as nccl-tests reports it"),
-                &SIZE_BOUNDS,
-            ),
-            duration: histogram(
-                meter,
-                format!("{prefix}.duration"),
-                "s",
-                format!(
-                    "Latency of each {what}: enqueue to the last network proxy op stop, either direction \
-                     (includes queueing behind earlier operations)"
-                ),
-                &DURATION_BOUNDS,
-            ),
-            kernel_duration: histogram(
-                meter,
-                format!("{prefix}.kernel.duration"),
-                "s",
-                format!("GPU time of each {what}: first kernel channel start to last channel stop"),
-                &DURATION_BOUNDS,
-            ),
-            algbw: histogram(
-                meter,
-                format!("{prefix}.algbw"),
-                "By/s",
-                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its {host}"),
-                &BANDWIDTH_BOUNDS,
-            ),
-            busbw: histogram(
-                meter,
-                format!("{prefix}.busbw"),
-                "By/s",
-                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its {host}"),
-                &BANDWIDTH_BOUNDS,
-            ),
-            kernel_algbw: histogram(
-                meter,
-                format!("{prefix}.kernel.algbw"),
-                "By/s",
-                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its GPU time"),
-                &BANDWIDTH_BOUNDS,
-            ),
-            kernel_busbw: histogram(
-                meter,
-                format!("{prefix}.kernel.busbw"),
-                "By/s",
-                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its GPU time"),
-                &BANDWIDTH_BOUNDS,
-            ),
-            transfers: meter
-                .u64_histogram(format!("{prefix}.transfers"))
-                .with_unit("{transfer}")
-                .with_description(format!("Network transfers of each {what}"))
-                .with_boundaries(COUNT_BOUNDS.to_vec())
-                .build(),
-            transfer_size: histogram(
-                meter,
-                format!("{prefix}.transfer.size"),
-                "By",
-                format!("Bytes of each network transfer of a {what}"),
-                &SIZE_BOUNDS,
-            ),
-            transfer_duration: histogram(
-                meter,
-                format!("{prefix}.transfer.duration"),
-                "s",
-                format!("Duration of each network transfer of a {what}"),
-                &DURATION_BOUNDS,
-            ),
-            served: serial.then(|| Served::new(meter, prefix, what)),
-        }
-    }
-}
 
 /// The values a [`Fresh`] gauge reports at the next collection, with their attributes.
 type Values<T> = Arc<Mutex<Vec<(Vec<KeyValue>, T)>>>;
@@ -281,6 +120,10 @@ pub(super) struct Instruments {
     pub(super) kernel_ch_duty: Fresh<f64>,
     pub(super) export_interval: Fresh<f64>,
     pub(super) config_problems: Counter<u64>,
+    pub(super) progress: ProgressInstruments,
+    pub(super) comm_member: Fresh<f64>,
+    pub(super) sampling_ratio: Fresh<f64>,
+    pub(super) events_shed: Counter<u64>,
 }
 
 pub(super) fn counter(meter: &Meter, name: &'static str, unit: &'static str, description: &'static str) -> Counter<u64> {
@@ -540,6 +383,26 @@ impl Instruments {
                 "nccl.profiler.config.problems",
                 "{variable}",
                 "Variables whose value was rejected (the default used) or partly ignored, by variable and problem",
+            ),
+            progress: ProgressInstruments::new(meter),
+            comm_member: gauge(
+                meter,
+                "nccl.comm.member",
+                "{member}",
+                "1 per communicator of this process: its rank there, with the process's host, node and launcher rank",
+            ),
+            sampling_ratio: gauge(
+                meter,
+                "nccl.sampling.ratio",
+                "1",
+                "Fraction of the communicator's operations timed in the interval (1 unless overload sheds records): \
+                 timed figures carry weights so that they stand for every operation",
+            ),
+            events_shed: counter(
+                meter,
+                "nccl.profiler.events.shed",
+                "{event}",
+                "Events not recorded under overload, by reason: detail (ProxyStep detail), untimed (operations counted and sized without a record)",
             ),
         }
     }
