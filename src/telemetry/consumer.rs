@@ -20,12 +20,11 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::CommState;
-use crate::aggregate::flight::Flight;
 use crate::aggregate::lifetime::Life;
 use crate::aggregate::link::summarize_in;
-use crate::aggregate::{Frontier, Lanes, OpenOps, Sealed, WindowId, WindowSummary, release};
+use crate::aggregate::{Frontier, Lanes, Sealed, WindowId, WindowSummary, release};
 use crate::buffer::window::{self, Window, WindowState};
-use crate::comm::shed::{Controller, SLOT_BYTES, Signals};
+use crate::comm::shed::{SLOT_BYTES, Signals};
 use crate::comm::{self, Comm, Held, LIVE, LOST, NONE, Route, WINDOWS};
 use crate::config::Config;
 use crate::record::handle::{CommId, EPOCH_MASK, Handle, Kind, LANES, MAX_COMMS};
@@ -60,6 +59,7 @@ pub fn set_throttle(ns_per_record: u64) {
 }
 
 mod memory;
+mod state;
 
 #[cfg(all(test, nccl_loom))]
 mod loom;
@@ -67,93 +67,9 @@ mod loom;
 mod tests;
 
 pub use memory::release_scratch;
+pub use state::Consumer;
+use state::{Track, has_bit, set_bit};
 use memory::{SCRATCH, SCRATCH_WINDOWS, Scratch};
-
-/// Consumer-side bookkeeping of one window.
-#[derive(Clone)]
-struct Track {
-    /// When it became FILLING or CLOSING.
-    since: Instant,
-    /// Sequence number of this window cycle (windows are numbered as they open).
-    seq: u64,
-    /// Per lane, published records already scanned while FILLING or CLOSING.
-    scanned: [u32; LANES],
-    /// Events started and not yet stopped among the scanned records.
-    open: i64,
-    /// Per start slot (a bit each), what was read of its event ([`Life`]): its start, its first
-    /// stop, and (receive ops) its InProgress.
-    started: Vec<u64>,
-    stopped: Vec<u64>,
-    progressing: Vec<u64>,
-}
-
-/// The consumer's state of one communicator slot, started over by each `register`.
-pub struct Consumer {
-    meta: CommMeta,
-    tracks: [Track; WINDOWS],
-    interval: Duration,
-    /// The current window as the consumer last saw it (producers may have switched since).
-    current: usize,
-    /// Operations still open across windows.
-    open: OpenOps,
-    /// Sequence number of the next window to open.
-    next_seq: u64,
-    /// No progress for this long is a hang.
-    hang: Duration,
-    /// The shed level of the windows it arms.
-    shed: Controller,
-    /// The last poll that found a claim in the current window or a window not yet processed.
-    active: Instant,
-    /// What the communicator holds was given back since ([`Slot::release_idle`]).
-    released: bool,
-}
-
-impl Consumer {
-    /// The consumer state of a communicator slot before its first `register`.
-    pub fn new(config: &Config) -> Consumer {
-        Consumer {
-            meta: CommMeta {
-                hash: 0,
-                name: String::new(),
-                rank: 0,
-                nranks: 0,
-                nnodes: 0,
-                gpu: Default::default(),
-            },
-            tracks: std::array::from_fn(|_| Track::new(Instant::now())),
-            interval: config.interval,
-            current: 0,
-            open: OpenOps::new(pending_ttl(config)),
-            next_seq: 1,
-            hang: config.hang_threshold,
-            shed: Controller::default(),
-            active: Instant::now(),
-            released: false,
-        }
-    }
-
-    /// The shed level the next window gets: the controller's, unless a test forces one.
-    fn wanted_level(&self) -> u8 {
-        comm::forced().unwrap_or_else(|| self.shed.level())
-    }
-
-    /// Starts over for a newly registered communicator, window 0 current; returns the shed level
-    /// of its first windows.
-    pub fn reset(&mut self, meta: CommMeta, config: &Config) -> u8 {
-        self.tracks = std::array::from_fn(|_| Track::new(Instant::now()));
-        self.interval = config.interval;
-        self.current = 0;
-        self.open = OpenOps::new(pending_ttl(config));
-        self.open.flight = Flight::new(meta.nranks);
-        self.next_seq = 1;
-        self.hang = config.hang_threshold;
-        self.shed = Controller::default();
-        self.active = Instant::now();
-        self.released = false;
-        self.meta = meta;
-        self.wanted_level()
-    }
-}
 
 /// Per registry slot, the consumer's state of its communicator.
 static STATES: [OnceLock<Mutex<Consumer>>; MAX_COMMS] = [const { OnceLock::new() }; MAX_COMMS];
@@ -257,33 +173,6 @@ fn pending_ttl(config: &Config) -> Duration {
 /// held while an operation of it progresses up to [`HOLD_PROGRESSING`].
 fn longest_closing(interval: Duration) -> Duration {
     interval.max(HOLD_PROGRESSING)
-}
-
-impl Track {
-    fn new(since: Instant) -> Track {
-        Track {
-            since,
-            seq: 0,
-            scanned: [0; LANES],
-            open: 0,
-            started: Vec::new(),
-            stopped: Vec::new(),
-            progressing: Vec::new(),
-        }
-    }
-}
-
-/// Sets bit `i`.
-fn set_bit(bits: &mut Vec<u64>, i: u32) {
-    let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
-    if bits.len() <= word {
-        bits.resize(word + 1, 0);
-    }
-    bits[word] |= bit;
-}
-
-fn has_bit(bits: &[u64], i: u32) -> bool {
-    bits.get(i as usize / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
 }
 
 impl Slot<'_> {

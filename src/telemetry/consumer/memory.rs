@@ -138,6 +138,7 @@ mod tests {
     use super::super::*;
     use super::*;
     use crate::record::handle::CommId;
+    use crate::aggregate::OpenOps;
 
     #[test]
     fn scratch_gives_back_what_a_big_window_left() {
