@@ -384,7 +384,7 @@ impl Pipeline {
         i.export_sent.add(now.sent.saturating_sub(last.sent), &[]);
 
         for c in &own.comms {
-            self.progress(&c.state);
+            self.progress(c);
             if !c.counted {
                 continue;
             }

@@ -51,6 +51,8 @@ pub struct CommReport {
     pub state: CommState,
     /// What its drop counters gained in the interval.
     pub dropped: DropCounts,
+    /// Hang episodes that started in the interval.
+    pub episodes: u64,
     /// Whether its counters are exported: a live communicator always, a finalized one once more
     /// (so that even a short-lived one has its series), then only while its counters move.
     pub counted: bool,
@@ -119,8 +121,16 @@ pub struct Reporter {
     stats: Snapshot,
     windows_dropped: u64,
     problems_reported: bool,
-    /// Per communicator slot: the generation and communicator last reported there, its counters.
-    drops: Vec<Option<(u16, CommMeta, DropCounts)>>,
+    /// Per communicator slot, what was last reported there.
+    slots: Vec<Option<Last>>,
+}
+
+/// What was last reported of a communicator slot.
+struct Last {
+    generation: u16,
+    meta: CommMeta,
+    counts: DropCounts,
+    episodes: u64,
 }
 
 impl Reporter {
@@ -134,7 +144,7 @@ impl Reporter {
             stats: Snapshot::default(),
             windows_dropped: 0,
             problems_reported: false,
-            drops: Vec::new(),
+            slots: Vec::new(),
         }
     }
 
@@ -180,16 +190,19 @@ impl Reporter {
         }
     }
 
-    /// `state`'s slot in the report: what its counters gained since they were last reported
+    /// `state`'s slot in the report: what its drop counters gained since they were last reported
     /// (all of them for a communicator new in its slot, or whose counters went back: a slot's
-    /// counters restart at 0 when a communicator registers there), and whether they are.
+    /// counters restart at 0 when a communicator registers there), whether they are reported, and
+    /// the hang episodes that started since (all of them for a new generation).
     fn comm(&mut self, state: CommState) -> CommReport {
-        if self.drops.len() <= state.slot {
-            self.drops.resize(state.slot + 1, None);
+        if self.slots.len() <= state.slot {
+            self.slots.resize_with(state.slot + 1, || None);
         }
-        let entry = &mut self.drops[state.slot];
-        let known = matches!(entry, Some((g, m, _)) if *g == state.generation && *m == state.meta);
-        let (now, last) = (state.counts, entry.as_ref().map_or(DropCounts::default(), |e| e.2));
+        let entry = &mut self.slots[state.slot];
+        let generation = entry.as_ref().filter(|l| l.generation == state.generation);
+        let episodes = state.progress.episodes - generation.map_or(0, |l| l.episodes.min(state.progress.episodes));
+        let known = generation.is_some_and(|l| l.meta == state.meta);
+        let (now, last) = (state.counts, entry.as_ref().map_or(DropCounts::default(), |l| l.counts));
         let grew = last.full <= now.full && last.late <= now.late && last.unpublished <= now.unpublished;
         let last = if known && grew && last.shed <= now.shed { last } else { DropCounts::default() };
         let dropped = DropCounts {
@@ -198,12 +211,129 @@ impl Reporter {
             unpublished: now.unpublished - last.unpublished,
             shed: now.shed - last.shed,
         };
-        *entry = Some((state.generation, state.meta.clone(), now));
+        *entry = Some(Last {
+            generation: state.generation,
+            meta: state.meta.clone(),
+            counts: now,
+            episodes: state.progress.episodes,
+        });
         let counted = !known || state.live || dropped != DropCounts::default();
         CommReport {
             state,
             dropped,
+            episodes,
             counted,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::interval::SHED;
+    use crate::aggregate::{LinkGroup, WindowStats};
+    use crate::aggregate::queue::Queue;
+
+    fn meta() -> CommMeta {
+        CommMeta {
+            hash: 0xABC,
+            name: "report".into(),
+            rank: 0,
+            nranks: 2,
+            nnodes: 1,
+            gpu: Default::default(),
+        }
+    }
+
+    /// A window with one link of three idle transfers of three sizes (a fit), `bare` operations.
+    fn window(bare: u64) -> WindowSummary {
+        let mut queue = Queue::default();
+        for (bytes, secs) in [(1024, 2e-5), (2048, 3e-5), (4096, 5e-5)] {
+            queue.idle.push(bytes, secs);
+        }
+        let link = LinkGroup {
+            rank: 0,
+            peer: 1,
+            bytes: 7168,
+            transfers: 3,
+            queue,
+        };
+        let mut s = WindowSummary::counted_only(meta(), Vec::new());
+        s.links = vec![link];
+        s.stats = WindowStats {
+            bare_ops: bare,
+            ..WindowStats::default()
+        };
+        s
+    }
+
+    fn state(counts: DropCounts, episodes: u64, live: bool) -> CommState {
+        CommState {
+            slot: 0,
+            generation: 1,
+            meta: meta(),
+            counts,
+            live,
+            progress: CommProgress {
+                episodes,
+                ..CommProgress::default()
+            },
+        }
+    }
+
+    fn now(comms: Vec<CommState>) -> Now {
+        Now {
+            stats: Snapshot::default(),
+            windows_dropped: 0,
+            kernel_ch_duty: None,
+            comms,
+            config_problems: &[],
+        }
+    }
+
+    /// Whether the interval's one link has its latency withheld as shed.
+    fn shed(end: &IntervalEnd) -> bool {
+        end.figures.links[0].fit.missing == Some(SHED)
+    }
+
+    #[test]
+    fn an_interval_is_shed_once_by_bare_operations_or_a_moving_detail_counter() {
+        let t0 = Instant::now();
+        let mut r = Reporter::new(&Config::default(), t0);
+        assert!(!r.due(t0) && r.due(t0 + Config::default().interval));
+        r.add([window(1)]);
+        assert!(shed(&r.close(t0, now(vec![state(DropCounts::default(), 0, true)]))));
+        r.add([window(0)]);
+        assert!(!shed(&r.close(t0, now(vec![state(DropCounts::default(), 0, true)]))));
+        let detail = DropCounts {
+            shed: 5,
+            ..DropCounts::default()
+        };
+        r.add([window(0)]);
+        assert!(shed(&r.close(t0, now(vec![state(detail, 0, true)]))), "the counter moved");
+        r.add([window(0)]);
+        assert!(!shed(&r.close(t0, now(vec![state(detail, 0, true)]))), "it stands still");
+    }
+
+    #[test]
+    fn counters_are_reported_as_what_they_gained() {
+        let t0 = Instant::now();
+        let mut r = Reporter::new(&Config::default(), t0);
+        let full = |full| DropCounts {
+            full,
+            ..DropCounts::default()
+        };
+        let first = r.close(t0, now(vec![state(full(3), 2, true)]));
+        assert_eq!((first.own.comms[0].dropped, first.own.comms[0].episodes), (full(3), 2));
+        let next = r.close(t0, now(vec![state(full(5), 3, true)]));
+        assert_eq!((next.own.comms[0].dropped, next.own.comms[0].episodes), (full(2), 1));
+        assert!(next.own.live && next.own.comms[0].counted);
+        let ended = r.close(t0, now(vec![state(full(5), 3, false)]));
+        assert!(!ended.own.comms[0].counted && !ended.own.live, "finalized: only while it moves");
+        let moved = r.close(t0, now(vec![state(full(6), 3, false)]));
+        assert!(moved.own.comms[0].counted);
+        let reset = r.close(t0, now(vec![state(full(1), 0, false)]));
+        assert_eq!(reset.own.comms[0].dropped, full(1), "counters went back: a new communicator");
+        assert!(reset.own.comms[0].counted);
     }
 }

@@ -5,7 +5,7 @@
 //! waited for their peers (the straggler histograms). Called on: the telemetry thread.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use opentelemetry::{Key, KeyValue};
 
@@ -15,13 +15,11 @@ use super::super::weighted::record_n;
 use super::{Pipeline, comm_attrs};
 use crate::aggregate::{CommProgress, OpSample};
 use crate::record::Func;
-use crate::telemetry::CommState;
+use crate::telemetry::report::CommReport;
 
-/// What the last interval reported of the progress family.
+/// The stuck series the last interval reported.
 #[derive(Default)]
 pub(super) struct Progress {
-    /// Per slot: the generation and the episodes reported for it.
-    episodes_seen: HashMap<usize, (u16, u64)>,
     /// The stuck series of the last interval: one that ends is reported once more, at 0.
     stuck_seen: HashSet<Vec<KeyValue>>,
     stuck_now: HashSet<Vec<KeyValue>>,
@@ -29,12 +27,9 @@ pub(super) struct Progress {
 
 impl Pipeline {
     /// Records one communicator slot's progress: its episodes, and its gauges while it is live.
-    pub(super) fn progress(&mut self, c: &CommState) {
+    pub(super) fn progress(&mut self, report: &CommReport) {
+        let (c, new) = (&report.state, report.episodes);
         let p: &CommProgress = &c.progress;
-        let seen = self.progress.episodes_seen.entry(c.slot).or_default();
-        let before = if seen.0 == c.generation { seen.1 } else { 0 };
-        let new = p.episodes.saturating_sub(before);
-        *seen = (c.generation, p.episodes);
         let base = comm_attrs(&c.meta);
         if new > 0 || c.live {
             let attrs = self.attrs_or_overflow(Family::Progress, base.clone(), 1);
