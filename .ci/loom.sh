@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The loom models (src/buffer/loom.rs, src/comm/loom.rs): the library's unit tests, built by
+# The loom models (src/buffer/loom.rs, src/telemetry/consumer/loom.rs): the library's unit tests, built by
 # `cargo rustc` with `--cfg nccl_loom` for this crate alone (it reaches only the final rustc), in
 # the bench profile, so they reuse the release dependencies the soak and callgrind steps built;
 # RUSTFLAGS would rebuild every dependency. The `loom` feature brings in the loom crate.
