@@ -10,9 +10,10 @@
 //! and a captured CUDA graph that of its capture. A value in the mask that the plugin did not
 //! write (NCCL's RAS override, spec 7.3.4) stops the toggling until the next `init`, with one
 //! WARN per process. After the last `finalize`, [`detach`] forgets the address: libnccl may be
-//! unloaded. [`plan`] decides the mask and the duty from the configuration, the NCCL release
-//! and the profiler ABI. Called on: NCCL's init thread ([`plan`], [`attach`]), the thread of the
-//! last `finalize` ([`detach`]), the telemetry thread ([`tick`], [`duty`]); never the hot path.
+//! unloaded. [`plan`] decides the mask and the duty from the configuration and what the ABI
+//! description ([`Abi`]) says. Called on: NCCL's init thread ([`plan`], [`attach`]), the thread
+//! of the last `finalize` ([`detach`]), the telemetry thread ([`tick`], [`duty`]); never the hot
+//! path.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -20,13 +21,13 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use crate::abi::{self, v7};
+use crate::abi::Abi;
 use crate::bindings::{
-    ncclDebugLogger_t, ncclProfileCeColl, ncclProfileColl, ncclProfileKernelCh, ncclProfileKernelPhase,
+    ncclProfileCeColl, ncclProfileColl, ncclProfileKernelCh, ncclProfileKernelPhase,
     ncclProfileProxyOp, ncclProfileProxyStep,
 };
 use crate::config::Config;
-use crate::nccl_version::{self, NcclVersion};
+use crate::nccl_version::NcclVersion;
 
 /// The KernelCh bit of the mask.
 pub const KERNEL_CH: i32 = ncclProfileKernelCh as i32;
@@ -83,71 +84,53 @@ impl Plan {
     }
 }
 
-/// KernelCh's default duty: always on before NCCL 2.31, where it costs about 0.4–1 % of GPU time;
-/// one part in 10 from 2.31, where it costs 4–13 % (NVIDIA/nccl#2355). When the release is
-/// unknown, the profiler ABI NCCL chose tells: every NCCL that knows v7 (2.31 on) chooses our
-/// v7 table, so an older table means an older NCCL.
-pub fn default_every(nccl: Option<NcclVersion>, abi: u8) -> u32 {
-    match nccl {
-        Some(v) if v < NcclVersion::V2_31 => 1,
-        None if abi < 7 => 1,
-        _ => 10,
-    }
+/// KernelCh's default duty: always on where it costs about 0.4–1 % of GPU time; one part in 10
+/// where it costs 4–13 % ([`Abi::kernel_ch_costly`]).
+pub fn default_every(abi: Abi) -> u32 {
+    if abi.kernel_ch_costly() { 10 } else { 1 }
 }
 
-/// The process's activation plan, made at its first profiled `init` and logged with the NCCL
-/// release and the profiler ABI version NCCL chose: KernelCh's duty is
-/// `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows the release. The release and ABI also decide
-/// what comes with the configured mask: CeColl with Coll from v6 (copy-engine collectives have
-/// no other event); on v7, whether the fields only NCCL 2.31's layout has are read
-/// (`NCCL_PROFILER_OTEL_V7_EXTENSIONS`) and, when they are, KernelPhase with KernelCh (the GPU
-/// pays for phases with KernelCh on 2.31, spec 7.3.1); whether Broadcast is counted from its
-/// API event (NCCL's AllGatherV path, 2.29+, spec 3.12); and whether CollApis are recorded for
-/// the symmetric-memory collectives 2.29 and 2.30 run with API events only. On v1–v3 the bytes
-/// are in ProxyOp states and no GPU time exists (spec 8.7): ProxyOp replaces ProxyStep, KernelCh
-/// is not requested. Called on: NCCL's init thread (the first profiled `init`).
-pub fn plan(config: &Config, logfn: ncclDebugLogger_t, abi: u8) -> Plan {
+/// The process's activation plan, made at its first profiled `init` from its ABI description
+/// and logged with the NCCL release `nccl` and the profiler ABI version NCCL chose: KernelCh's
+/// duty is `NCCL_PROFILER_OTEL_KERNEL_CH_EVERY` or follows its cost ([`default_every`]). The
+/// description also decides what comes with the configured mask: CeColl with Coll where
+/// copy-engine events exist (copy-engine collectives have no other event); KernelPhase with
+/// KernelCh where the v7 extension fields are read (the GPU pays for phases with KernelCh on
+/// 2.31, spec 7.3.1). Where the bytes are in ProxyOp states, no GPU time exists (spec 8.7):
+/// ProxyOp replaces ProxyStep, KernelCh is not requested.
+/// Called on: NCCL's init thread (the first profiled `init`).
+pub fn plan(config: &Config, abi: Abi, nccl: Option<NcclVersion>) -> Plan {
     const COLL: i32 = ncclProfileColl as i32;
     const CE_COLL: i32 = ncclProfileCeColl as i32;
     const PROXY_OP: i32 = ncclProfileProxyOp as i32;
     const PROXY_STEP: i32 = ncclProfileProxyStep as i32;
-    let nccl = nccl_version::detect(logfn);
-    let known_layout = nccl.is_some_and(|v| v.major == 2 && v.minor == 31);
-    let extensions = abi == 7 && config.v7_extensions.unwrap_or(known_layout);
-    v7::EXTENSIONS.store(extensions, Ordering::Relaxed);
-    // A release that chose v6 or later is 2.29+ even when it cannot be named.
-    let allgatherv = nccl.map_or(abi >= 6, |v| v >= NcclVersion::new(2, 29, 0))
-        && std::env::var("NCCL_ALLGATHERV_ENABLE").map_or(true, |v| v.trim() != "0");
-    abi::API_BROADCASTS.store(abi >= 5 && allgatherv, Ordering::Relaxed);
-    // 2.29 and 2.30 (a release that chose v6 when it cannot be named).
-    let api_only = nccl.map_or(abi == 6, |v| v.major == 2 && (29..=30).contains(&v.minor));
-    abi::API_CALLS.store(abi >= 5 && api_only, Ordering::Relaxed);
     let mut mask = config.event_mask;
-    if abi <= 3 {
+    if abi.transfer_states() {
         if mask & PROXY_STEP != 0 {
             mask |= PROXY_OP;
         }
         mask &= !(PROXY_STEP | KERNEL_CH | KERNEL_PHASE);
     }
     let mut implied = 0;
-    if extensions && mask & KERNEL_CH != 0 {
+    if abi.extensions() && mask & KERNEL_CH != 0 {
         implied |= KERNEL_PHASE;
     }
-    if abi >= 6 && mask & COLL != 0 {
+    if abi.ce_events() && mask & COLL != 0 {
         implied |= CE_COLL;
     }
     let plan = Plan {
         mask: mask | implied,
-        every: config.kernel_ch_every.unwrap_or_else(|| default_every(nccl, abi)),
+        every: config.kernel_ch_every.unwrap_or_else(|| default_every(abi)),
         period: config.interval,
     };
     let release = nccl.map_or_else(|| "NCCL of unknown release".to_owned(), |v| format!("NCCL {v}"));
     tracing::info!(
-        "{release} chose profiler ABI v{abi}: activation mask {:#x}, KernelCh (GPU times) requested {:.0} % of the time",
+        "{release} chose profiler ABI v{}: activation mask {:#x}, KernelCh (GPU times) requested {:.0} % of the time",
+        abi.version(),
         plan.mask,
         plan.duty() * 100.0
     );
-    if abi == 7 && !extensions {
+    if abi.extensions_offered() && !abi.extensions() {
         tracing::info!(
             "v7 descriptors are read as their v6 part (no userTag, KernelPhase or symmetric kernels): this NCCL's v7 layout is not known to be 2.31's; NCCL_PROFILER_OTEL_V7_EXTENSIONS=on reads them"
         );
@@ -299,11 +282,12 @@ mod tests {
 
     #[test]
     fn the_default_duty_follows_nccls_kernel_ch_cost() {
-        assert_eq!(default_every(Some(NcclVersion::new(2, 30, 7)), 6), 1);
-        assert_eq!(default_every(Some(NcclVersion::new(2, 23, 4)), 1), 1);
-        assert_eq!(default_every(Some(NcclVersion::new(2, 31, 2)), 7), 10);
-        assert_eq!(default_every(None, 7), 10);
-        assert_eq!(default_every(None, 6), 1, "a NCCL that chose v6 predates 2.31");
+        let every = |nccl, version| default_every(Abi::new(version, nccl, None, true));
+        assert_eq!(every(Some(NcclVersion::new(2, 30, 7)), 6), 1);
+        assert_eq!(every(Some(NcclVersion::new(2, 23, 4)), 1), 1);
+        assert_eq!(every(Some(NcclVersion::new(2, 31, 2)), 7), 10);
+        assert_eq!(every(None, 7), 10);
+        assert_eq!(every(None, 6), 1, "a NCCL that chose v6 predates 2.31");
     }
 
     /// The only test touching the process-wide state: the mask toggles, stops toggling on a

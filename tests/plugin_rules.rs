@@ -4,7 +4,7 @@
 //! events in flight (init after the last finalize: `tests/lifecycle`).
 //!
 //! The telemetry thread is disabled here (`NCCL_PROFILER_OTEL_TELEMETRY_ENABLE=0`) so each test
-//! drives the consumer itself with `Comm::poll` at chosen instants.
+//! drives the consumer itself with `Slot::poll` at chosen instants.
 
 #[path = "support"]
 mod support {

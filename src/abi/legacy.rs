@@ -1,15 +1,14 @@
 //! What ABI v1 to v3 (NCCL 2.23 to 2.26, spec 8) share: descriptors that carry the
 //! communicator's hash and rank on Coll/P2p (their `init` gets neither), names as v1 codes or
 //! v2/v3 strings, and byte counts only in ProxyOp states, as a running total per proxy slot that
-//! NCCL never resets (spec 8.2.2, 8.7). ProxySteps (their states carry no arguments) and v3's
-//! KernelCh (no GPU time, only when the proxy thread noticed the kernel) are not used.
+//! NCCL never resets (spec 8.2.2, 8.7), which one classifier reads ([`op_state`]). ProxySteps
+//! (their states carry no arguments) and v3's KernelCh (no GPU time, only when the proxy thread
+//! noticed the kernel) are not used.
 
 use std::os::raw::c_char;
 
-use crate::bindings::{
-    ncclProfilerEventStateArgs_v1_t, ncclProfilerProxyOpSendDone, ncclProfilerProxyOpSendPosted,
-    ncclProfilerProxyOpSendTransmitted,
-};
+use super::Abi;
+use crate::bindings::{self, ncclProfilerEventStateArgs_v1_t};
 use crate::record::{Algo, Datatype, Func, Mark, Proto, names::codes};
 
 /// A name field of a legacy descriptor: a v1 code or a v2/v3 C string.
@@ -78,27 +77,83 @@ impl super::StateArgs for ncclProfilerEventStateArgs_v1_t {
     }
 }
 
-/// The transfer edge a ProxyOp `state` of a send op marks on ABI `abi` (v1–v3), with its
-/// `steps` argument; `None` for the states not used (RemFifoWait repeats, the receive states,
-/// and every SendPosted but an op's first, which only v2 and v3 need: their SendTransmitted
-/// total includes the transfer, v1's does not, spec 8.7).
-pub fn mark(abi: u8, state: u32, steps: i32) -> Option<Mark> {
-    match state {
-        // v2+ count `steps` in transfers, after the increment: 1 is the op's first posting.
-        s if s == ncclProfilerProxyOpSendPosted && abi >= 2 && steps == 1 => Some(Mark::Base),
-        s if s == ncclProfilerProxyOpSendTransmitted => Some(if abi >= 2 { Mark::Sent } else { Mark::SentBefore }),
-        s if s == ncclProfilerProxyOpSendDone => Some(Mark::Done),
-        _ => None,
+/// A ProxyOp state of ABI v1–v3 (spec 8.2.2): the one reading of that state machine, which the
+/// clock read, the recorder and the shedding of `crate::ffi` share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpState {
+    /// SendPosted: a send posted a transfer.
+    SendPosted,
+    /// SendRemFifoWait: the peer has not posted the receive (repeated while it waits).
+    SendRemFifoWait,
+    /// SendTransmitted: the network took a transfer.
+    SendTransmitted,
+    /// SendDone: the network finished a transfer.
+    SendDone,
+    /// RecvPosted: a receive posted a transfer.
+    RecvPosted,
+    /// RecvReceived: a transfer arrived.
+    RecvReceived,
+    /// RecvTransmitted: not used.
+    RecvTransmitted,
+    /// RecvDone: not used.
+    RecvDone,
+}
+
+/// The ProxyOp state `state` is on `abi`; `None` when `abi`'s ProxyOps have no such states
+/// ([`Abi::transfer_states`]) or `state` is none of them.
+#[inline(always)]
+pub fn op_state(abi: Abi, state: u32) -> Option<OpState> {
+    if !abi.transfer_states() {
+        return None;
+    }
+    Some(match state {
+        bindings::ncclProfilerProxyOpSendPosted => OpState::SendPosted,
+        bindings::ncclProfilerProxyOpSendRemFifoWait => OpState::SendRemFifoWait,
+        bindings::ncclProfilerProxyOpSendTransmitted => OpState::SendTransmitted,
+        bindings::ncclProfilerProxyOpSendDone => OpState::SendDone,
+        bindings::ncclProfilerProxyOpRecvPosted => OpState::RecvPosted,
+        bindings::ncclProfilerProxyOpRecvReceived => OpState::RecvReceived,
+        bindings::ncclProfilerProxyOpRecvTransmitted => OpState::RecvTransmitted,
+        bindings::ncclProfilerProxyOpRecvDone => OpState::RecvDone,
+        _ => return None,
+    })
+}
+
+impl OpState {
+    /// Whether it ends a send's transfer (SendTransmitted, SendDone): the callback's time is
+    /// read before anything else.
+    pub fn ends_transfer(self) -> bool {
+        matches!(self, OpState::SendTransmitted | OpState::SendDone)
+    }
+
+    /// Whether a receive op records it (RecvPosted, RecvReceived: how far its transfers got).
+    pub fn counts_receive(self) -> bool {
+        matches!(self, OpState::RecvPosted | OpState::RecvReceived)
+    }
+
+    /// The transfer edge it marks on a send op of `abi`, with its `steps` argument; `None` for
+    /// the states not used (RemFifoWait repeats, the receive states, and every SendPosted but
+    /// an op's first, which only v2 and v3 need: their SendTransmitted total includes the
+    /// transfer, v1's does not, spec 8.7).
+    pub fn mark(self, abi: Abi, steps: i32) -> Option<Mark> {
+        match self {
+            // `steps` counts transfers, after the increment: 1 is the op's first posting.
+            OpState::SendPosted if abi.counts_transfers() && steps == 1 => Some(Mark::Base),
+            OpState::SendTransmitted if abi.counts_transfers() => Some(Mark::Sent),
+            OpState::SendTransmitted => Some(Mark::SentBefore),
+            OpState::SendDone => Some(Mark::Done),
+            _ => None,
+        }
     }
 }
 
-/// Implements [`super::Descriptor`] for a v1, v2 or v3 descriptor (spec 2.8): `type` is a `u8`,
-/// names are codes (v1) or strings, Coll/P2p carry `commHash` and the rank, Coll has
+/// Implements [`super::Descriptor`] for the descriptor of table version `$version`, v1 to v3
+/// (spec 2.8): `type` is a `u8`, names are codes (v1) or strings, Coll/P2p carry `commHash` and the rank, Coll has
 /// `nMaxChannels` (an upper bound, reported as the channel count) and P2p no channels.
 macro_rules! legacy_family {
-    ($descr:ty) => {
+    ($version:literal, $descr:ty) => {
         impl $crate::abi::Descriptor for $crate::abi::Filled<$descr> {
-            const LEGACY: bool = true;
+            const ABI: $crate::abi::Abi = $crate::abi::Abi::table($version);
 
             fn event_type(&self) -> u64 {
                 u64::from(self.type_)

@@ -2,10 +2,12 @@
 //!
 //! Each version (`vN`) implements [`Descriptor`] and [`StateArgs`] on its bindgen types; the
 //! versions that share field names and meanings share one implementation ([`api_family!`]), and
-//! `crate::ffi` has one generic body per callback. Every method checks the type tag before it
-//! reads the union and copies what it needs: no pointer into NCCL memory is kept.
+//! `crate::ffi` has one generic body per callback. What a version carries and what the running
+//! release decided is one description, [`Abi`] (`description`). Every method checks the type tag
+//! before it reads the union and copies what it needs: no pointer into NCCL memory is kept.
 //! Called on: NCCL's user and proxy threads, inside a callback.
 
+pub mod description;
 pub mod legacy;
 pub mod v1;
 pub mod v2;
@@ -14,6 +16,8 @@ pub mod v4;
 pub mod v5;
 pub mod v6;
 pub mod v7;
+
+pub use description::Abi;
 
 use crate::record::{CollStart, Func, P2pStart};
 
@@ -60,9 +64,8 @@ impl<T> std::ops::Deref for Filled<T> {
 
 /// What `startEvent` needs from one ABI version's descriptor ([`Filled`]).
 pub trait Descriptor {
-    /// ABI v1–v3 ([`legacy`]): bytes come from ProxyOp states, ProxySteps are declined, and a
-    /// communicator learns its hash and rank from its first Coll/P2p.
-    const LEGACY: bool = false;
+    /// What the descriptor's table version fixes ([`Abi::table`]).
+    const ABI: Abi;
     /// The `type` field, widened.
     fn event_type(&self) -> u64;
     /// `parentObj` as an integer (never dereferenced).
@@ -109,16 +112,6 @@ pub trait Descriptor {
         None
     }
 }
-
-/// Whether `ncclBroadcast` is counted from its CollApi event: set at `init` when the running NCCL
-/// converts it to AllGatherV (2.29+ with `NCCL_ALLGATHERV_ENABLE` not 0, spec 3.12), which then
-/// emits no Coll for it.
-pub static API_BROADCASTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether every other collective's CollApi (not graph-captured) is recorded, for a Coll or CeColl
-/// to claim: set at `init` on NCCL 2.29 and 2.30, which run symmetric-memory collectives with
-/// their API events only (spec 3.12); one NCCL 2.31 emits a Coll for (spec 7.3.5).
-pub static API_CALLS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The [`Descriptor::coll_api`] and [`Descriptor::api_graph`] of a v5-to-v7 descriptor type,
 /// inside its impl.
@@ -245,15 +238,15 @@ pub unsafe fn c_bytes<'a>(ptr: *const std::os::raw::c_char) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
 }
 
-/// Implements [`Descriptor`] for a descriptor of the v4 to v7 family (spec 2.5–2.7, 7.2.2): the
-/// `coll`, `p2p`, `proxyOp`, `proxyStep` and `kernelCh` members have the same fields and meanings in
+/// Implements [`Descriptor`] for the descriptor of table version `$version` of the v4 to v7
+/// family (spec 2.5–2.7, 7.2.2): the `coll`, `p2p`, `proxyOp`, `proxyStep` and `kernelCh` members have the same fields and meanings in
 /// all of them; only the width of `type` and members we do not read differ. `p2p.nChannels` is
 /// never read (garbage under the v4 adapter, spec 4.8). With a state-argument type, implements
 /// [`StateArgs`] for it too (v6 and v7 reuse v5's type); with a block, adds its methods to the
 /// impl (v7's extensions).
 macro_rules! api_family {
-    ($descr:ty, $args:ty $(, { $($extra:tt)* })?) => {
-        $crate::abi::api_family!($descr { $($($extra)*)? });
+    ($version:literal, $descr:ty, $args:ty $(, { $($extra:tt)* })?) => {
+        $crate::abi::api_family!($version, $descr { $($($extra)*)? });
 
         impl $crate::abi::StateArgs for $args {
             fn trans_size(&self) -> u64 {
@@ -268,8 +261,10 @@ macro_rules! api_family {
             }
         }
     };
-    ($descr:ty { $($extra:tt)* }) => {
+    ($version:literal, $descr:ty { $($extra:tt)* }) => {
         impl $crate::abi::Descriptor for $crate::abi::Filled<$descr> {
+            const ABI: $crate::abi::Abi = $crate::abi::Abi::table($version);
+
             $($extra)*
 
             fn event_type(&self) -> u64 {

@@ -4,4 +4,4 @@
 use super::legacy::legacy_family;
 use crate::bindings::ncclProfilerEventDescr_v1_t;
 
-legacy_family!(ncclProfilerEventDescr_v1_t);
+legacy_family!(1, ncclProfilerEventDescr_v1_t);

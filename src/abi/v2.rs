@@ -4,4 +4,4 @@
 use super::legacy::legacy_family;
 use crate::bindings::ncclProfilerEventDescr_v2_t;
 
-legacy_family!(ncclProfilerEventDescr_v2_t);
+legacy_family!(2, ncclProfilerEventDescr_v2_t);

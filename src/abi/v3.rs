@@ -4,4 +4,4 @@
 use super::legacy::legacy_family;
 use crate::bindings::ncclProfilerEventDescr_v3_t;
 
-legacy_family!(ncclProfilerEventDescr_v3_t);
+legacy_family!(3, ncclProfilerEventDescr_v3_t);

@@ -5,4 +5,4 @@
 use super::api_family;
 use crate::bindings::{ncclProfilerEventDescr_v4_t, ncclProfilerEventStateArgs_v4_t};
 
-api_family!(ncclProfilerEventDescr_v4_t, ncclProfilerEventStateArgs_v4_t);
+api_family!(4, ncclProfilerEventDescr_v4_t, ncclProfilerEventStateArgs_v4_t);

@@ -4,7 +4,7 @@
 use super::{api_family, ce_coll, coll_api};
 use crate::bindings::ncclProfilerEventDescr_v6_t;
 
-api_family!(ncclProfilerEventDescr_v6_t {
+api_family!(6, ncclProfilerEventDescr_v6_t {
     coll_api!();
     ce_coll!();
 });

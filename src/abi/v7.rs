@@ -4,30 +4,24 @@
 //!
 //! Other definitions under the name `ncclProfiler_v7` pass the 112-byte v6 descriptor, or one
 //! without `userTag` (spec 8.x.3): the fields only NVIDIA's 2.31.2 layout has (`userTag`,
-//! `isSymColl`) are read only when [`EXTENSIONS`] says that layout is the one running.
+//! `isSymColl`) are read only when the description says that layout is the one running
+//! ([`Abi::extensions`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use super::{api_family, ce_coll, coll_api};
+use super::{Abi, api_family, ce_coll, coll_api};
 use crate::bindings::{
     ncclProfileCeColl, ncclProfileColl, ncclProfileKernelPhase, ncclProfileP2p, ncclProfilerEventDescr_v7_t,
 };
 
-/// Whether `userTag` and `isSymColl` are read: set at `init` from
-/// `NCCL_PROFILER_OTEL_V7_EXTENSIONS` and the NCCL release found (by default only 2.31, whose
-/// layout is known).
-pub static EXTENSIONS: AtomicBool = AtomicBool::new(false);
-
-api_family!(ncclProfilerEventDescr_v7_t {
+api_family!(7, ncclProfilerEventDescr_v7_t {
     coll_api!();
     ce_coll!();
 
     fn user_tag(&self) -> u64 {
-        if !EXTENSIONS.load(Ordering::Relaxed) {
+        if !Abi::current().extensions() {
             return 0;
         }
         // SAFETY: `type` selects the member NCCL filled; `userTag` is a plain integer of it
-        // (the 2.31.2 layout, which `EXTENSIONS` vouches for).
+        // (the 2.31.2 layout, which the description vouches for).
         unsafe {
             match self.type_ {
                 t if t == u64::from(ncclProfileColl) => self.__bindgen_anon_1.coll.userTag,
@@ -50,8 +44,8 @@ api_family!(ncclProfilerEventDescr_v7_t {
 
     fn symmetric(&self) -> bool {
         // SAFETY: `type` is Coll, so NCCL filled `coll`; `isSymColl` is a `bool` NCCL writes as
-        // 0 or 1 (the 2.31.2 layout, which `EXTENSIONS` vouches for).
-        EXTENSIONS.load(Ordering::Relaxed)
+        // 0 or 1 (the 2.31.2 layout, which the description vouches for).
+        Abi::current().extensions()
             && self.type_ == u64::from(ncclProfileColl)
             && unsafe { std::ptr::read(std::ptr::addr_of!(self.__bindgen_anon_1.coll.isSymColl).cast::<u8>()) } != 0
     }
@@ -61,6 +55,11 @@ api_family!(ncclProfilerEventDescr_v7_t {
 mod tests {
     use super::*;
     use crate::abi::{Descriptor, Filled};
+
+    /// Makes the process's description one whose v7 extension fields are read or not.
+    fn extensions(on: bool) {
+        Abi::new(7, None, Some(on), false).install();
+    }
 
     /// The fields past the v6 prefix are read only while the running layout is known.
     #[test]
@@ -76,13 +75,14 @@ mod tests {
         };
         d.__bindgen_anon_1.coll.userTag = 5;
         d.__bindgen_anon_1.coll.isSymColl = true;
-        EXTENSIONS.store(false, Ordering::Relaxed);
+        let before = Abi::current();
+        extensions(false);
         assert_eq!(read(&d), (0, false));
-        EXTENSIONS.store(true, Ordering::Relaxed);
+        extensions(true);
         assert_eq!(read(&d), (5, true));
         d.type_ = u64::from(ncclProfileP2p);
         d.__bindgen_anon_1.p2p.userTag = 6;
         assert_eq!(read(&d), (6, false));
-        EXTENSIONS.store(false, Ordering::Relaxed);
+        before.install();
     }
 }

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use super::guard::{Owner, guarded};
 use super::roots::{UNTIMED, annotated, live};
 use super::shedding::{bare_state, counted_coll, counted_p2p, sampled_coll, sampled_p2p, shed_child, shed_detail};
-use crate::abi::{API_BROADCASTS, API_CALLS, Descriptor, Filled, StateArgs, legacy};
+use crate::abi::legacy::{self, OpState};
+use crate::abi::{Abi, Descriptor, Filled, StateArgs};
 use crate::bindings;
 use crate::bindings::{
     ncclProfileCeBatch, ncclProfileCeColl, ncclProfileCeSync, ncclProfileColl, ncclProfileCollApi, ncclProfileGroup,
@@ -231,8 +232,9 @@ fn identify<D: Descriptor>(comm: &Comm, d: &D) {
 /// claimed at its replays).
 fn start_api<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
     let coll_api = d.event_type() == COLL_API;
-    let broadcasts = coll_api && API_BROADCASTS.load(Ordering::Relaxed);
-    let calls = coll_api && API_CALLS.load(Ordering::Relaxed);
+    let abi = Abi::current();
+    let broadcasts = coll_api && abi.api_broadcasts();
+    let calls = coll_api && abi.api_calls();
     let call = (broadcasts || calls).then(|| d.coll_api()).flatten();
     let api_broadcast = broadcasts && call.is_some_and(|c| c.func == Func::Broadcast);
     let (id, comm) = local(owner, context)?;
@@ -295,8 +297,8 @@ fn api_graph(parent: u64) -> Option<bool> {
 /// told from send steps by their parent's kind alone. A PXN op (pid not ours, or a context
 /// another process tagged: PID namespaces let PIDs coincide) carries another process's context
 /// and parent: neither is decoded as ours; a send is attributed to our communicator with the
-/// same hash, under the originating rank (v4+: v1–v3 contexts know no hash); a receive is
-/// declined. From shed level 1 on, ops start bare ([`Kind::ProxyOpBare`], [`Kind::RecvOpBare`]:
+/// same hash, under the originating rank (unless contexts know no hash,
+/// [`Abi::identity_in_events`]); a receive is declined. From shed level 1 on, ops start bare ([`Kind::ProxyOpBare`], [`Kind::RecvOpBare`]:
 /// their steps are shed) and PXN ops are shed; an op of a counted-only operation gets a
 /// [`Kind::Shed`] handle.
 fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u64> {
@@ -310,8 +312,11 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
             return shed_child(owner, p);
         }
         // NCCL 2.23 gives a ProxyOp the context of the last op that shares its proxy arguments
-        // (spec 8.2.1): on v1–v3 its parent names its communicator.
-        match parent.filter(|_| D::LEGACY).and_then(|p| comm::get_slot(p.comm_slot())) {
+        // (spec 8.2.1): its parent names its communicator.
+        match parent
+            .filter(|_| const { D::ABI.identity_in_events() })
+            .and_then(|p| comm::get_slot(p.comm_slot()))
+        {
             Some((id, comm)) => {
                 owner.set(Some((id, comm)));
                 (id, comm, parent)
@@ -321,7 +326,7 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
                 (id, comm, parent.filter(|p| p.comm_slot() == id.slot))
             }
         }
-    } else if op.is_send && !D::LEGACY {
+    } else if op.is_send && !const { D::ABI.identity_in_events() } {
         // Only the hash bits of a foreign context are used, never its slot or generation.
         let Some((id, comm)) = Context::decode(context).and_then(|c| comm::find_by_hash_tag(c.hash_tag)) else {
             STATS.foreign_unmatched.incr();
@@ -364,8 +369,8 @@ fn start_proxy_op<D: Descriptor>(owner: &Owner, context: u64, d: &D) -> Option<u
         (false, true) => Kind::RecvOpBare,
     };
     let handle = comm.start(id, kind, parent, UNTIMED, body)?;
-    // v1–v3: only network ops get events, and all of them stop (spec 8.1); no InProgress says so.
-    if D::LEGACY
+    // Only network ops get events, and all of them stop (spec 8.1); no InProgress says so.
+    if const { D::ABI.transfer_states() }
         && !op.is_send
         && let Some(h) = Handle::decode(handle)
     {
@@ -440,10 +445,9 @@ fn first_fifo_wait(h: Handle, steps: i32) -> bool {
     FIFO_WAITED.with(|seen| first_seen(seen, h, (h.encode(), steps)))
 }
 
-/// `stopEvent` of the table of ABI version `ABI`. NCCL 2.23–2.25 (tables v1 and v2, spec
-/// 8.2–8.3) stop every task of a plan whose Group we accepted without checking its handle, so
-/// the tasks we declined (P2P receives) come back as `stopEvent(NULL)`: counted as declined
-/// there, as a NULL argument on every other table.
+/// `stopEvent` of the table of ABI version `ABI`. A `stopEvent(NULL)` is counted as declined
+/// where NCCL stops the tasks we declined that way ([`Abi::stops_declined_tasks`]), as a NULL
+/// argument on every other table.
 pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -> ncclResult_t {
     // Only ProxyStep (transfer end) and ProxyOp (collective end) stop times are used; read the
     // clock before anything else so the time is the callback's.
@@ -455,7 +459,7 @@ pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -
     });
     let ts = if timed { clock::now() } else { UNTIMED };
     guarded(|owner| {
-        if ABI <= 2 && handle.is_null() {
+        if const { Abi::table(ABI).stops_declined_tasks() } && handle.is_null() {
             STATS.declined.incr();
             return;
         }
@@ -477,10 +481,10 @@ pub(super) unsafe extern "C" fn stop_event<const ABI: u8>(handle: *mut c_void) -
 
 /// States we record: SendWait (bytes of a send step), the first SendPeerWait of a send step,
 /// the RecvGPUWait of a receive step, KernelChStop and KernelPhaseStop (GPU stop times), a
-/// receive op's InProgress (it will stop) and, on ABI v1–v3 (`abi`), a send op's transfer edges
-/// with its byte total ([`legacy::mark`]) and the first SendRemFifoWait of each of its
-/// transfers (as a PeerWait), and a receive op's RecvPosted and RecvReceived counts. Other
-/// states NCCL defines for the event's type are ignored before the communicator is looked up (no
+/// receive op's InProgress (it will stop) and, where ProxyOps report transfer states
+/// ([`legacy::op_state`] on `abi`), a send op's transfer edges with its byte total
+/// ([`OpState::mark`]) and the first SendRemFifoWait of each of its transfers (as a PeerWait),
+/// and a receive op's RecvPosted and RecvReceived counts. Other states NCCL defines for the event's type are ignored before the communicator is looked up (no
 /// shared read or write, stale or not); unknown ones are counted.
 pub(super) fn record_event_state<A: StateArgs>(
     owner: &Owner,
@@ -488,9 +492,11 @@ pub(super) fn record_event_state<A: StateArgs>(
     state: ncclProfilerEventState_t,
     args: Option<&A>,
     ts: u64,
-    abi: u8,
+    abi: Abi,
 ) {
     let Some(h) = decode(handle) else { return };
+    // The v1–v3 reading of `state`, asked by the ProxyOp arms only.
+    let op = || legacy::op_state(abi, state);
     let (ts, body) = match (h.kind(), state) {
         (Kind::ProxyStep, bindings::ncclProfilerProxyStepSendPeerWait_v4) => {
             if !first_peer_wait(h) {
@@ -509,10 +515,10 @@ pub(super) fn record_event_state<A: StateArgs>(
         }
         (Kind::RecvStep, bindings::ncclProfilerProxyStepRecvGPUWait) => (clock::now(), Some(Body::GpuWait)),
         (Kind::RecvOp, bindings::ncclProfilerProxyOpInProgress_v4) => (ts, Some(Body::InProgress)),
-        (Kind::RecvOp, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
-            if abi <= 3 =>
+        (Kind::RecvOp, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone)
+            if op().is_some_and(OpState::counts_receive) =>
         {
-            let received = state == bindings::ncclProfilerProxyOpRecvReceived;
+            let received = op() == Some(OpState::RecvReceived);
             (
                 ts,
                 args.map(|a| Body::RecvCount {
@@ -521,19 +527,16 @@ pub(super) fn record_event_state<A: StateArgs>(
                 }),
             )
         }
-        (Kind::ProxyOp, bindings::ncclProfilerProxyOpSendRemFifoWait) if abi <= 3 => {
-            // The peer has not posted the receive: the wait of v4's SendPeerWait.
-            match args {
-                Some(a) if first_fifo_wait(h, a.steps()) => (clock::now(), Some(Body::PeerWait)),
-                Some(_) => return,
-                None => (ts, None),
-            }
-        }
         (Kind::ProxyOp, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone)
-            if abi <= 3 =>
+            if op().is_some() =>
         {
-            match args {
-                Some(a) => match legacy::mark(abi, state, a.steps()) {
+            match (op(), args) {
+                // The peer has not posted the receive: the wait of v4's SendPeerWait.
+                (Some(OpState::SendRemFifoWait), Some(a)) if first_fifo_wait(h, a.steps()) => {
+                    (clock::now(), Some(Body::PeerWait))
+                }
+                (Some(OpState::SendRemFifoWait), Some(_)) => return,
+                (op, Some(a)) => match op.and_then(|op| op.mark(abi, a.steps())) {
                     Some(mark) => (
                         ts,
                         Some(Body::OpBytes {
@@ -543,7 +546,7 @@ pub(super) fn record_event_state<A: StateArgs>(
                     ),
                     None => return,
                 },
-                None => (ts, None),
+                (_, None) => (ts, None),
             }
         }
         // Bare and shed events: out of line.

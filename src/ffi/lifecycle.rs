@@ -11,6 +11,7 @@ use std::time::SystemTime;
 
 use super::events::{OWN_PID, local};
 use super::guard::guarded;
+use crate::abi::{self, Abi};
 use crate::activation;
 use crate::bindings::{ncclDebugLogger_t, ncclResult_t};
 use crate::comm::{self, Comm};
@@ -18,18 +19,20 @@ use crate::config::Config;
 use crate::record::CommMeta;
 use crate::record::handle::Context;
 use crate::telemetry::consumer;
-use crate::{clock, cuda, export, nccl_log, telemetry};
+use crate::{clock, cuda, export, nccl_log, nccl_version, telemetry};
 
-/// Version-neutral `init` (`abi`: the profiler ABI version of the table NCCL chose): returns the
-/// context value, having stored the activation mask due now into `mask` (NCCL's process-wide
+/// Version-neutral `init` (`version`: the profiler ABI version of the table NCCL chose): returns
+/// the context value, having stored the activation mask due now into `mask` (NCCL's process-wide
 /// mask, or NULL), or `None` to leave the communicator
-/// unprofiled (NULL context, success, mask untouched). In a forked child of a profiled process
+/// unprofiled (NULL context, success, mask untouched). The first profiled `init` fixes the
+/// process's ABI description ([`Abi`]) from the version, the NCCL release and the configuration,
+/// and the activation plan from it. In a forked child of a profiled process
 /// the plugin is inert: no lock, no log, no thread (the parent's threads and lock owners are gone).
 ///
 /// # Safety
 /// `logfn` and `mask` are what NCCL passed to this `init`: a logger NCCL keeps valid while it is
 /// loaded (or NULL), and NULL or NCCL's activation mask (see [`activation::attach`]).
-pub(super) unsafe fn init(mut meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, abi: u8) -> Option<u64> {
+pub(super) unsafe fn init(mut meta: CommMeta, logfn: ncclDebugLogger_t, mask: *mut c_int, version: u8) -> Option<u64> {
     if telemetry::forked() {
         return None;
     }
@@ -59,8 +62,19 @@ pub(super) unsafe fn init(mut meta: CommMeta, logfn: ncclDebugLogger_t, mask: *m
         tracing::warn!("no communicator slot or memory left; this communicator is not profiled");
         return None;
     };
+    let plan = || {
+        let nccl = nccl_version::detect(logfn);
+        let abi = Abi::new(
+            version,
+            nccl,
+            config.v7_extensions,
+            abi::description::allgatherv_enabled(),
+        );
+        abi.install();
+        activation::plan(config, abi, nccl)
+    };
     // SAFETY: `mask` is NULL or NCCL's activation mask, by this function's contract.
-    unsafe { activation::attach(mask, || activation::plan(config, logfn, abi), SystemTime::now()) };
+    unsafe { activation::attach(mask, plan, SystemTime::now()) };
     telemetry::wake(); // parked while no communicator was live
     Some(Context::new(id, hash).encode())
 }

@@ -10,6 +10,8 @@ use std::sync::atomic::Ordering;
 
 use super::guard::Owner;
 use super::roots::{UNTIMED, annotated, live};
+use crate::abi::Abi;
+use crate::abi::legacy::{self, OpState};
 use crate::bindings::{self, ncclProfilerEventState_t};
 use crate::comm::{Comm, Route, shed};
 use crate::record::counted::CountKey;
@@ -156,21 +158,23 @@ pub(super) fn shed_detail(owner: &Owner, parent: Handle) -> Option<u64> {
 }
 
 /// A state of a bare proxy op or a shed event: a bare receive's InProgress is recorded (it will
-/// stop); ABI v1–v3 transfer states of bare ops are shed (counted); other states NCCL defines for
-/// them are ignored, unknown ones counted.
+/// stop); the transfer states of bare ops ([`legacy::op_state`] on `abi`: all of a send's, a
+/// receive's counts) are shed (counted); other states NCCL defines for them are ignored, unknown
+/// ones counted.
 #[cold]
 #[inline(never)]
-pub(super) fn bare_state(owner: &Owner, h: Handle, state: ncclProfilerEventState_t, ts: u64, abi: u8) {
+pub(super) fn bare_state(owner: &Owner, h: Handle, state: ncclProfilerEventState_t, ts: u64, abi: Abi) {
+    let op = legacy::op_state(abi, state);
     match (h.kind(), state) {
         (Kind::RecvOpBare, bindings::ncclProfilerProxyOpInProgress_v4) => {
             if let Some((_, comm)) = live(owner, h.comm_slot()) {
                 comm.append(h, ts, Body::InProgress);
             }
         }
-        (Kind::RecvOpBare, bindings::ncclProfilerProxyOpRecvPosted | bindings::ncclProfilerProxyOpRecvReceived)
-        | (Kind::ProxyOpBare, bindings::ncclProfilerProxyOpSendPosted..=bindings::ncclProfilerProxyOpRecvDone)
-            if abi <= 3 =>
-        {
+        (Kind::RecvOpBare, _) if op.is_some_and(OpState::counts_receive) => {
+            shed_detail(owner, h);
+        }
+        (Kind::ProxyOpBare, _) if op.is_some() => {
             shed_detail(owner, h);
         }
         (

@@ -10,11 +10,11 @@ use super::events::{record_event_state, start_event, stop_event};
 use super::guard::guarded;
 use super::lifecycle::{finalize, init};
 use super::roots::UNTIMED;
-use crate::abi::{Descriptor, Filled, StateArgs};
+use crate::abi::legacy::{self, OpState};
+use crate::abi::{Abi, Descriptor, Filled, StateArgs};
 use crate::bindings::{
     ncclDebugLogger_t, ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
-    ncclProfiler_v6_t, ncclProfiler_v7_t, ncclProfilerEventState_t, ncclProfilerProxyOpSendDone,
-    ncclProfilerProxyOpSendTransmitted, ncclProfilerProxyStepSendWait, ncclResult_t,
+    ncclProfiler_v6_t, ncclProfiler_v7_t, ncclProfilerEventState_t, ncclProfilerProxyStepSendWait, ncclResult_t,
 };
 use crate::clock;
 use crate::record::CommMeta;
@@ -236,15 +236,16 @@ unsafe extern "C" fn record_event_state_shim<A: StateArgs, const ABI: u8>(
     state: ncclProfilerEventState_t,
     args: *mut A,
 ) -> ncclResult_t {
-    // The times of transfer edges (SendWait; v1–v3: SendTransmitted, SendDone): read the clock
-    // first. SendPeerWait reads it only once its repeat check let it through (NCCL may repeat it
+    // The times of transfer edges (SendWait, the ends of v1–v3 transfers): read the clock first.
+    // SendPeerWait reads it only once its repeat check let it through (NCCL may repeat it
     // thousands of times per step).
-    let edge = state == ncclProfilerProxyStepSendWait
-        || (ABI <= 3 && (state == ncclProfilerProxyOpSendTransmitted || state == ncclProfilerProxyOpSendDone));
+    let abi = Abi::table(ABI);
+    let edge =
+        state == ncclProfilerProxyStepSendWait || legacy::op_state(abi, state).is_some_and(OpState::ends_transfer);
     let ts = if edge { clock::now() } else { UNTIMED };
     guarded(|owner| {
         // SAFETY: NCCL passes NULL or valid state args of its table's version for this call.
         let args = unsafe { args.as_ref() };
-        record_event_state(owner, handle, state, args, ts, ABI)
+        record_event_state(owner, handle, state, args, ts, abi)
     })
 }
