@@ -37,6 +37,7 @@ mod support {
 mod end_of_job;
 mod hangs;
 mod prometheus;
+mod vocabulary;
 
 use nccl_profiler_otel::config::otel::HISTOGRAM_AGGREGATION;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
