@@ -31,7 +31,14 @@ pub enum Wait {
 
 impl Wait {
     /// Every wait, in the order of the enum.
-    pub const ALL: [Wait; 6] = [Wait::Network, Wait::Peer, Wait::Recv, Wait::Gpu, Wait::Proxy, Wait::Unknown];
+    pub const ALL: [Wait; 6] = [
+        Wait::Network,
+        Wait::Peer,
+        Wait::Recv,
+        Wait::Gpu,
+        Wait::Proxy,
+        Wait::Unknown,
+    ];
 
     /// The name used in the `nccl.wait` attribute, the rules' `nccl_wait` and `nccl_where`
     /// labels, and the log.

@@ -80,7 +80,10 @@ fn tokens(expr: &str) -> Vec<String> {
             c if c.is_whitespace() => {}
             c if c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.' => {
                 let mut word = String::from(c);
-                while let Some(&n) = chars.peek().filter(|n| n.is_ascii_alphanumeric() || matches!(n, '_' | ':' | '.')) {
+                while let Some(&n) = chars
+                    .peek()
+                    .filter(|n| n.is_ascii_alphanumeric() || matches!(n, '_' | ':' | '.'))
+                {
                     word.push(n);
                     chars.next();
                 }
@@ -149,7 +152,12 @@ fn wait_matchers(expr: &str) -> Vec<BTreeSet<String>> {
 fn wheres(expr: &str) -> Vec<String> {
     expr.split("\"nccl_where\", \"")
         .skip(1)
-        .filter_map(|rest| rest.split('"').next().filter(|v| !v.starts_with('$')).map(str::to_owned))
+        .filter_map(|rest| {
+            rest.split('"')
+                .next()
+                .filter(|v| !v.starts_with('$'))
+                .map(str::to_owned)
+        })
         .collect()
 }
 
@@ -161,52 +169,61 @@ fn names(blame: Blame) -> BTreeSet<String> {
         .collect()
 }
 
-/// What each rule must say, from the vocabulary: (rule, its thresholds, its wait sets, its
-/// `nccl_where` values). Every rule not listed has none.
-fn expected() -> Vec<(&'static str, Vec<(&'static str, f64)>, Vec<BTreeSet<String>>, Vec<String>)> {
+/// What a rule says: its thresholds, the sets of its `nccl_wait` matchers, its `nccl_where`
+/// values.
+#[derive(Clone, Debug, Default)]
+struct Says {
+    thresholds: Vec<(&'static str, f64)>,
+    waits: Vec<BTreeSet<String>>,
+    wheres: Vec<String>,
+}
+
+/// What each rule must say, from the vocabulary. Every rule not listed says nothing.
+fn expected() -> Vec<(&'static str, Says)> {
+    let limits = |t: &[(&'static str, f64)]| Says {
+        thresholds: t.to_vec(),
+        ..Says::default()
+    };
+    let waits = |w: &[BTreeSet<String>]| Says {
+        waits: w.to_vec(),
+        ..Says::default()
+    };
     let one = |w: Wait| BTreeSet::from([w.as_str().to_owned()]);
     let (nic, ends, comms) = (NIC_LINKS as f64, SLOW_HOST_ENDS as f64, SLOW_HOST_COMMS as f64);
+    let straggler = [
+        (">", STRAGGLER_WAIT),
+        (">", STRAGGLER_SHARE),
+        ("*", STRAGGLER_FACTOR),
+        ("quantile", MEDIAN),
+        ("<", SLOW_LINK),
+        ("<", SLOW_LINK),
+        ("<", SLOW_NOW),
+        ("<", SLOW_NOW),
+    ];
+    let hung_rank = Says {
+        wheres: [CROSSED_WHERE, Wait::Network].map(|w| w.as_str().to_owned()).to_vec(),
+        ..limits(&[(">=", nic)])
+    };
     vec![
-        ("nccl:export:live", vec![("<", LIVE_INTERVALS)], vec![], vec![]),
-        ("nccl:hang:waits_on", vec![], vec![names(Blame::Peer)], vec![]),
-        ("nccl:hang:self", vec![], vec![names(Blame::Itself)], vec![]),
-        ("nccl:hang:on_network", vec![], vec![names(Blame::Link)], vec![]),
-        ("nccl:hang:crossed", vec![], vec![one(CROSSED.0), one(CROSSED.1)], vec![]),
-        (
-            "nccl:culprit:hung_rank",
-            vec![(">=", nic)],
-            vec![],
-            vec![CROSSED_WHERE.as_str().to_owned(), Wait::Network.as_str().to_owned()],
-        ),
-        ("nccl:culprit:hung_link", vec![(">=", nic), (">=", nic)], vec![], vec![]),
-        ("NcclRankAbsent", vec![(">=", ABSENT_SECS), (">=", ABSENT_SECS)], vec![], vec![]),
-        ("nccl:link_throughput:median15s", vec![("quantile", MEDIAN)], vec![], vec![]),
-        ("nccl:link_throughput:ratio", vec![("quantile", FAST_LINKS)], vec![], vec![]),
-        ("nccl:link_throughput:now_ratio", vec![("quantile", FAST_LINKS)], vec![], vec![]),
-        ("nccl:host_comm:slow_link_ends", vec![("<", SLOW_LINK)], vec![], vec![]),
+        ("nccl:export:live", limits(&[("<", LIVE_INTERVALS)])),
+        ("nccl:hang:waits_on", waits(&[names(Blame::Peer)])),
+        ("nccl:hang:self", waits(&[names(Blame::Itself)])),
+        ("nccl:hang:on_network", waits(&[names(Blame::Link)])),
+        ("nccl:hang:crossed", waits(&[one(CROSSED.0), one(CROSSED.1)])),
+        ("nccl:culprit:hung_rank", hung_rank),
+        ("nccl:culprit:hung_link", limits(&[(">=", nic), (">=", nic)])),
+        ("NcclRankAbsent", limits(&[(">=", ABSENT_SECS), (">=", ABSENT_SECS)])),
+        ("nccl:link_throughput:median15s", limits(&[("quantile", MEDIAN)])),
+        ("nccl:link_throughput:ratio", limits(&[("quantile", FAST_LINKS)])),
+        ("nccl:link_throughput:now_ratio", limits(&[("quantile", FAST_LINKS)])),
+        ("nccl:host_comm:slow_link_ends", limits(&[("<", SLOW_LINK)])),
         (
             "nccl:culprit:slow_host",
-            vec![(">", SLOW_HOST_SHARE), (">=", ends)],
-            vec![],
-            vec![],
+            limits(&[(">", SLOW_HOST_SHARE), (">=", ends)]),
         ),
-        ("nccl:culprit:slow_link", vec![("<", SLOW_LINK), (">=", comms)], vec![], vec![]),
-        ("nccl:peer_wait:median15s", vec![("quantile", MEDIAN)], vec![], vec![]),
-        (
-            "nccl:culprit:straggler",
-            vec![
-                (">", STRAGGLER_WAIT),
-                (">", STRAGGLER_SHARE),
-                ("*", STRAGGLER_FACTOR),
-                ("quantile", MEDIAN),
-                ("<", SLOW_LINK),
-                ("<", SLOW_LINK),
-                ("<", SLOW_NOW),
-                ("<", SLOW_NOW),
-            ],
-            vec![],
-            vec![],
-        ),
+        ("nccl:culprit:slow_link", limits(&[("<", SLOW_LINK), (">=", comms)])),
+        ("nccl:peer_wait:median15s", limits(&[("quantile", MEDIAN)])),
+        ("nccl:culprit:straggler", limits(&straggler)),
     ]
 }
 
@@ -214,39 +231,52 @@ fn expected() -> Vec<(&'static str, Vec<(&'static str, f64)>, Vec<BTreeSet<Strin
 fn drift(text: &str) -> Vec<String> {
     let rules = rules(text);
     let mut problems = Vec::new();
-    let alerts: Vec<(&str, u64)> = rules.iter().filter(|r| r.alert).map(|r| (r.name.as_str(), r.held)).collect();
+    let alerts: Vec<(&str, u64)> = rules
+        .iter()
+        .filter(|r| r.alert)
+        .map(|r| (r.name.as_str(), r.held))
+        .collect();
     let named: Vec<(&str, u64)> = Alert::ALL.iter().map(|a| (a.name(), a.held_secs())).collect();
     if alerts != named {
         problems.push(format!("alerts and their for: {alerts:?}, the vocabulary's {named:?}"));
     }
     let expected = expected();
-    for (name, _, _, _) in &expected {
+    for (name, _) in &expected {
         if !rules.iter().any(|r| r.name == *name) {
             problems.push(format!("{name}: no such rule"));
         }
     }
+    let sorted = |mut v: Vec<(String, f64)>| {
+        v.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        v
+    };
     for r in &rules {
-        let (want, waits, wheres_) = expected
+        let want = expected
             .iter()
             .find(|e| e.0 == r.name)
-            .map(|e| (e.1.clone(), e.2.clone(), e.3.clone()))
+            .map(|e| e.1.clone())
             .unwrap_or_default();
-        let want: Vec<(String, f64)> = want.into_iter().map(|(op, v)| (op.to_owned(), v)).collect();
+        let thresholds_ = want.thresholds.iter().map(|(op, v)| ((*op).to_owned(), *v)).collect();
         let have = thresholds(&r.expr);
-        let sorted = |mut v: Vec<(String, f64)>| {
-            v.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-            v
-        };
-        if sorted(have.clone()) != sorted(want.clone()) {
-            problems.push(format!("{}: thresholds {have:?}, the vocabulary's {want:?}", r.name));
+        if sorted(have.clone()) != sorted(thresholds_) {
+            problems.push(format!(
+                "{}: thresholds {have:?}, the vocabulary's {:?}",
+                r.name, want.thresholds
+            ));
         }
         let have = wait_matchers(&r.expr);
-        if have != waits {
-            problems.push(format!("{}: nccl_wait sets {have:?}, the vocabulary's {waits:?}", r.name));
+        if have != want.waits {
+            problems.push(format!(
+                "{}: nccl_wait sets {have:?}, the vocabulary's {:?}",
+                r.name, want.waits
+            ));
         }
         let have = wheres(&r.expr);
-        if have != wheres_ {
-            problems.push(format!("{}: nccl_where values {have:?}, the vocabulary's {wheres_:?}", r.name));
+        if have != want.wheres {
+            problems.push(format!(
+                "{}: nccl_where values {have:?}, the vocabulary's {:?}",
+                r.name, want.wheres
+            ));
         }
     }
     problems
@@ -258,7 +288,11 @@ fn the_rules_say_what_the_vocabulary_says() {
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(rules(&text).len() > expected().len(), "{path}: rules not read");
         let problems = drift(&text);
-        assert!(problems.is_empty(), "{path} drifted from src/culprit.rs:\n{}", problems.join("\n"));
+        assert!(
+            problems.is_empty(),
+            "{path} drifted from src/culprit.rs:\n{}",
+            problems.join("\n")
+        );
     }
 }
 
