@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::Request;
-use crate::culprit::{Alert, Blame, STRAGGLER_FACTOR, STRAGGLER_SHARE, STRAGGLER_WAIT, Wait};
-use crate::otlp_receiver::{metrics, points};
+use crate::culprit::{Alert, Blame, SLOW_LINK, STRAGGLER_FACTOR, STRAGGLER_SHARE, STRAGGLER_WAIT, Wait};
 use crate::report::{Attrs, human_bytes, human_secs, latest};
 use crate::verdict::{self, Culprit, Figure};
 
@@ -126,16 +125,7 @@ pub fn print_slowest_links(requests: &[Request]) {
 /// that points at.
 pub fn print_hangs(requests: &[Request]) {
     let members = Members::new(requests);
-    let mut stuck: BTreeMap<Attrs, f64> = BTreeMap::new();
-    for m in metrics(requests)
-        .into_iter()
-        .filter(|m| m.name == "nccl.progress.hang.stuck")
-    {
-        for p in points(m) {
-            let longest = stuck.entry(p.attrs.into_iter().collect()).or_insert(0.0);
-            *longest = longest.max(p.value);
-        }
-    }
+    let stuck = verdict::stuck(requests);
     let episodes = latest(requests, "nccl.progress.hang.episodes");
     let mut text = String::from("\nHangs (nccl.progress.hang.*)\n");
     let mut any = false;
@@ -148,18 +138,24 @@ pub fn print_hangs(requests: &[Request]) {
             p.value,
             members.who(hash, rank)
         );
-        let mine = stuck
+        let mut longest: BTreeMap<(Wait, &str), f64> = BTreeMap::new();
+        for s in stuck
             .iter()
-            .filter(|(a, _)| get(a, "nccl.comm.hash") == hash && get(a, "nccl.rank") == rank);
-        for (a, secs) in mine.filter(|(_, s)| **s > 0.0) {
-            let (wait, peer) = (get(a, "nccl.wait"), get(a, "nccl.peer"));
-            let blames = match Wait::parse(wait).map(Wait::blame) {
-                Some(Blame::Peer) => format!("{} (a victim)", members.who(hash, peer)),
-                Some(Blame::Itself) => format!("{} itself", members.who(hash, rank)),
-                Some(Blame::Link) => format!("the link to {}, or a NIC", members.who(hash, peer)),
-                None => "nothing known".into(),
+            .filter(|s| s.hash == hash && s.rank == rank && s.secs > 0.0)
+        {
+            let e = longest.entry((s.wait, s.peer.as_deref().unwrap_or(""))).or_default();
+            *e = e.max(s.secs);
+        }
+        for ((wait, peer), secs) in longest {
+            let blames = match wait.blame() {
+                Blame::Peer => format!("{} (this rank is a victim)", members.who(hash, peer)),
+                Blame::Itself => format!("{} itself", members.who(hash, rank)),
+                Blame::Link => format!("the link to {}, or a NIC", members.who(hash, peer)),
             };
-            text += &format!("    stuck up to {secs:.0} s waiting on {wait}\n    points at {blames}\n");
+            text += &format!(
+                "    stuck up to {secs:.0} s waiting on {}\n    points at {blames}\n",
+                wait.as_str()
+            );
         }
     }
     if !any {
@@ -181,7 +177,7 @@ pub fn print_culprits(requests: &[Request]) {
             "  none: no hang; no link below {:.0} % of its communicator's fast\n  links; \
              no rank kept its senders waiting over {} (median),\n  {:.0} % of their \
              collective time and {STRAGGLER_FACTOR}× the median rank\n",
-            crate::culprit::SLOW_LINK * 100.0,
+            SLOW_LINK * 100.0,
             human_secs(STRAGGLER_WAIT),
             STRAGGLER_SHARE * 100.0,
         );
