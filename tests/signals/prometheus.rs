@@ -8,6 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use nccl_profiler_otel::culprit::Alert;
+
 use crate::support::emulator::Late;
 use crate::support::export as sx;
 use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
@@ -97,14 +99,9 @@ fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
 }
 
 /// Every alert of the rules.
-const ALERTS: [&str; 6] = [
-    "NcclRankHung",
-    "NcclLinkHung",
-    "NcclRankAbsent",
-    "NcclStraggler",
-    "NcclSlowLink",
-    "NcclSlowHost",
-];
+fn alerts() -> [&'static str; Alert::ALL.len()] {
+    Alert::ALL.map(Alert::name)
+}
 
 /// The labels that name an alert's culprit, rank `rank` of the scenarios' process.
 fn culprit(rank: &str) -> [(&'static str, &str); 4] {
@@ -152,7 +149,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             step,
             fired: Vec::new(),
         };
-        let all_silent = |step| ALERTS.into_iter().map(move |a| none(a, step));
+        let all_silent = |step| alerts().into_iter().map(move |a| none(a, step));
         let expect: Vec<Expect> = match s.hash {
             h if h == stalled => {
                 // The first export with a rank's stuck series.
@@ -443,7 +440,7 @@ pub fn server(
             "{alert} at the last export of {hash}: {rows:?}"
         );
     }
-    for alert in ALERTS {
+    for alert in alerts() {
         let rows = server
             .query(&crate::end_of_job::inlined(&rules, alert), Some(last_export(&healthy)))
             .unwrap_or_else(|e| fail(e));
