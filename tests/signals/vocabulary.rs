@@ -2,7 +2,8 @@
 //! `for:`, every `nccl_wait` matcher and `nccl_where` value, and every threshold of every rule
 //! (a number compared with, multiplied by, or the quantile of a `quantile` function; `> 0`, "any",
 //! is none) are the vocabulary's, in both rules files. A rule that changes a threshold or a wait
-//! set, or gains one, fails here until the vocabulary (and so `nccl_report`) says the same.
+//! set, or gains one, fails here until the vocabulary (and so `nccl_report`) says the same. The
+//! docs' lists of `nccl.wait` values are the vocabulary's waits too.
 
 use std::collections::BTreeSet;
 
@@ -309,4 +310,36 @@ fn a_changed_rule_is_drift() {
         assert!(text.contains(from), "{from}");
         assert!(!drift(&text.replacen(from, to, 1)).is_empty(), "{from} → {to} not seen");
     }
+}
+
+/// docs/metrics.md's `nccl.wait` row and docs/operations.md's table of waits name exactly the
+/// vocabulary's waits.
+#[test]
+fn the_docs_name_the_vocabulary_s_waits() {
+    let read = |doc: &str| {
+        let path = format!("{}/docs/{doc}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let listed: Vec<String> = Wait::ALL.iter().map(|w| format!("`{}`", w.as_str())).collect();
+    let metrics = read("metrics.md");
+    let row = metrics
+        .lines()
+        .find(|l| l.starts_with("| `nccl.wait` |"))
+        .expect("the nccl.wait row");
+    let names = listed.join(", ");
+    let count = format!("| {} values |", Wait::ALL.len());
+    assert!(
+        row.contains(&names) && row.ends_with(&count),
+        "docs/metrics.md: {row}\nmust list {names} {count}"
+    );
+    let operations = read("operations.md");
+    let table: BTreeSet<&str> = operations
+        .lines()
+        .skip_while(|l| !l.starts_with("| `nccl.wait` | peer |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1).map(str::trim))
+        .collect();
+    let listed: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
+    assert_eq!(table, listed, "docs/operations.md's table of waits");
 }
