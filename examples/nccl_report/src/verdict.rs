@@ -32,8 +32,9 @@ type Attrs = BTreeMap<String, String>;
 pub struct Culprit {
     /// The alert that names it.
     pub alert: Alert,
-    /// Its communicator (`nccl.comm.hash`) and the communicator's name; empty for a host.
+    /// Its communicator (`nccl.comm.hash`); empty for a host.
     pub hash: String,
+    /// The communicator's name (`nccl.comm.name`).
     pub comm: String,
     /// Its rank in the communicator (a link's sender); empty for a host.
     pub rank: String,
@@ -64,9 +65,11 @@ pub enum Figure {
 /// One `nccl.progress.hang.stuck` sample.
 #[derive(Clone, Debug)]
 pub struct Stuck {
+    /// The reporting rank's communicator (hash and name) and rank.
     pub hash: String,
     pub comm: String,
     pub rank: String,
+    /// What it waits for, and on which peer.
     pub wait: Wait,
     pub peer: Option<String>,
     /// Seconds without progress (0: the episode ended).
