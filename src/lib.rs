@@ -8,7 +8,8 @@
 //! (`aggregate`) and hands the summaries to `export`. See `docs/architecture.md`.
 //!
 //! The public API is the exported tables ([`ffi`]) and the C types they are made of
-//! ([`bindings`]). Every other module is private; the cargo feature `testing` (the project's tests,
+//! ([`bindings`]), and the culprit vocabulary ([`culprit`]: plain values the rules and
+//! `nccl_report` share). Every other module is private; the cargo feature `testing` (the project's tests,
 //! benches and emulator; never a shipped build) makes them public and compiles the test seams.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -25,6 +26,9 @@ macro_rules! internal {
 }
 
 pub mod bindings;
+// Public in every build: plain values `nccl_report` shares (it includes the file) and the tests
+// check the Prometheus rules against; nothing of it is exported by the `.so`.
+pub mod culprit;
 pub mod ffi;
 
 internal!(

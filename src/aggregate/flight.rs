@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use super::bandwidth::coll_size;
 use super::lifetime::Life;
+pub use crate::culprit::Wait;
 use crate::record::handle::{EPOCH_MASK, Handle};
 use crate::record::{Body, Func, Mark, Record};
 
@@ -45,40 +46,6 @@ pub const CHILDLESS: Duration = Duration::from_secs(1);
 
 /// Operations followed at most per communicator (beyond, new ones are not followed).
 pub const MAX_ROOTS: usize = 1 << 16;
-
-/// What a channel of a stuck operation waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Wait {
-    /// A transfer to the peer was handed to the network and has not completed (SendWait, no stop).
-    Network,
-    /// The GPU's data is ready but the peer is not ready to receive (SendPeerWait, no SendWait;
-    /// ABI v1–v3: SendRemFifoWait, not transmitted).
-    Peer,
-    /// Data from the peer: a progressing receive from it has not completed, nothing it sent is
-    /// waiting for the GPU, and the channel's sends wait for the GPU (which waits for that data).
-    Recv,
-    /// The local GPU: data a receive step brought is not consumed (RecvGPUWait, no stop), or
-    /// send steps are posted and their data is not ready with nothing expected from a peer.
-    Gpu,
-    /// Nothing posted: the send op has steps left but none in flight (the proxy stopped posting).
-    Proxy,
-    /// Unknown: no step events (ProxyStep not in the activation mask).
-    Unknown,
-}
-
-impl Wait {
-    /// The name used in the `nccl.wait` attribute and in the log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Wait::Network => "network",
-            Wait::Peer => "peer",
-            Wait::Recv => "recv",
-            Wait::Gpu => "gpu",
-            Wait::Proxy => "proxy",
-            Wait::Unknown => "unknown",
-        }
-    }
-}
 
 /// One channel of a stuck operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

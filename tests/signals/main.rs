@@ -18,7 +18,9 @@
 //! right labels, the culprit's host among them (joined from `nccl.comm.member`, also when the
 //! culprit's member series ended over 5 minutes before; without member series they still fire,
 //! naming the culprit's rank only), and stay silent for (d). Without `promtool` that part is
-//! skipped with a message, unless `REQUIRE_PROMTOOL` is set (CI), when it fails.
+//! skipped with a message, unless `REQUIRE_PROMTOOL` is set (CI), when it fails. `nccl_report`'s
+//! culprits (`report`) on the same exports must be the ones the alerts fire on, and the rules
+//! files must say what the culprit vocabulary says (`vocabulary`).
 //!
 //! The same scenarios run once more, in a process of their own, with exponential histograms: a
 //! Prometheus with native histograms, fed by remote write, must pass the same server checks with
@@ -32,11 +34,18 @@ mod support {
     pub mod otlp_receiver;
     pub mod process;
     pub mod prom;
+    // `nccl_report`'s culprits, which reach the vocabulary and the reader as `super::…`.
+    pub use nccl_profiler_otel::culprit;
+    #[allow(dead_code)]
+    #[path = "../../examples/nccl_report/src/verdict.rs"]
+    pub mod verdict;
 }
 
 mod end_of_job;
 mod hangs;
 mod prometheus;
+mod report;
+mod vocabulary;
 
 use nccl_profiler_otel::config::otel::HISTOGRAM_AGGREGATION;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
@@ -400,7 +409,8 @@ fn hangs_stragglers_and_slow_links_are_named_and_alerted_on() {
 
 /// The same scenarios exported as exponential histograms and written into a Prometheus with
 /// native histograms by remote write: the native rules and dashboard pass the classic ones'
-/// server checks (`prometheus::server`). In a process of its own (its histogram setting); skipped
+/// server checks (`prometheus::server`), and `nccl_report` names each scenario's culprit from
+/// the exponential histograms. In a process of its own (its histogram setting); skipped
 /// like the classic checks without Prometheus.
 #[test]
 fn native_histograms_serve_the_native_rules_and_dashboard() {
@@ -421,6 +431,7 @@ fn native_histograms_serve_the_native_rules_and_dashboard() {
         })
     };
     assert!(exported(true) && !exported(false), "histograms not all exponential");
+    report::names_each_culprit(&run);
     let (stalled, slow) = (run.stalled, run.slow);
     prometheus::server(&run.reqs, &run.scenarios, &run.lates, stalled, slow, Histograms::Native);
 }

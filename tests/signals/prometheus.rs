@@ -8,6 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use nccl_profiler_otel::culprit::Alert;
+
 use crate::support::emulator::Late;
 use crate::support::export as sx;
 use crate::support::otlp_receiver::{ExportMetricsServiceRequest, metrics, points};
@@ -97,14 +99,9 @@ fn instance(reqs: &[ExportMetricsServiceRequest]) -> String {
 }
 
 /// Every alert of the rules.
-const ALERTS: [&str; 6] = [
-    "NcclRankHung",
-    "NcclLinkHung",
-    "NcclRankAbsent",
-    "NcclStraggler",
-    "NcclSlowLink",
-    "NcclSlowHost",
-];
+fn alerts() -> [&'static str; Alert::ALL.len()] {
+    Alert::ALL.map(Alert::name)
+}
 
 /// The labels that name an alert's culprit, rank `rank` of the scenarios' process.
 fn culprit(rank: &str) -> [(&'static str, &str); 4] {
@@ -117,17 +114,13 @@ fn culprit(rank: &str) -> [(&'static str, &str); 4] {
 }
 
 /// The Prometheus rules on each scenario's series (for the stall also without its member series:
-/// the hang alerts still fire, naming the culprit's rank only).
+/// the hang alerts still fire, naming the culprit's rank only), and `nccl_report`'s culprits on
+/// the same exports: the culprits the alerts fire on (`crate::report`).
 pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], lates: &[(u64, Late)], stalled: u64) {
     let instance = instance(reqs);
     let mut yaml = format!("rule_files:\n  - {RULES}\nevaluation_interval: {STEP_SECS}s\ntests:\n");
     for (i, s) in scenarios.iter().enumerate() {
-        let to = scenarios.get(i + 1).map(|n| n.from);
-        let own: Vec<ExportMetricsServiceRequest> = reqs
-            .iter()
-            .filter(|r| prom::collected(r) >= s.from && to.is_none_or(|to| prom::collected(r) < to))
-            .cloned()
-            .collect();
+        let own = own(reqs, scenarios, i);
         let hash = format!("{:#x}", s.hash);
         let mut series = prom::series(&own, |attrs| {
             prom::attr(attrs, "nccl.comm.hash").as_deref() == Some(hash.as_str())
@@ -156,7 +149,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             step,
             fired: Vec::new(),
         };
-        let all_silent = |step| ALERTS.into_iter().map(move |a| none(a, step));
+        let all_silent = |step| alerts().into_iter().map(move |a| none(a, step));
         let expect: Vec<Expect> = match s.hash {
             h if h == stalled => {
                 // The first export with a rank's stuck series.
@@ -256,6 +249,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             }
             _ => all_silent(last / 2).chain(all_silent(last)).collect(),
         };
+        crate::report::names_what_the_alerts_name(s.name, &hash, &own, &expect);
         eprintln!("{}: {} exports, {} series", s.name, own.len(), series.len());
         prom::test_case(&mut yaml, s.name, STEP_SECS, &series, &expect);
     }
@@ -309,6 +303,15 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
         inputs()
     );
     let _ = std::fs::remove_file(&file);
+}
+
+/// The requests collected while scenario `i` ran.
+pub fn own(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], i: usize) -> Vec<ExportMetricsServiceRequest> {
+    let (from, to) = (scenarios[i].from, scenarios.get(i + 1).map(|n| n.from));
+    reqs.iter()
+        .filter(|r| prom::collected(r) >= from && to.is_none_or(|to| prom::collected(r) < to))
+        .cloned()
+        .collect()
 }
 
 /// `promtool check rules` on `path`, which must pass; `false` without promtool (which fails
@@ -437,7 +440,7 @@ pub fn server(
             "{alert} at the last export of {hash}: {rows:?}"
         );
     }
-    for alert in ALERTS {
+    for alert in alerts() {
         let rows = server
             .query(&crate::end_of_job::inlined(&rules, alert), Some(last_export(&healthy)))
             .unwrap_or_else(|e| fail(e));

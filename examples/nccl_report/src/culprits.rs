@@ -1,19 +1,17 @@
-//! Who is behind the figures: the slowest links, hangs and stragglers, each with the rank and
-//! host to look at, found by joining `nccl.comm.member` on (communicator, rank). Every line fits
-//! 80 columns. Single-threaded.
+//! Who is behind the figures: the slowest links, hangs with what each rank waits for, and the
+//! culprits the alerts would name ([`verdict`]), each with the rank and host to look at, found by
+//! joining `nccl.comm.member` on (communicator, rank). Every line fits 80 columns.
+//! Single-threaded.
 
 use std::collections::BTreeMap;
 
 use crate::Request;
-use crate::otlp_receiver::{metrics, points};
+use crate::culprit::{Alert, Blame, SLOW_LINK, STRAGGLER_FACTOR, STRAGGLER_SHARE, STRAGGLER_WAIT, Wait};
 use crate::report::{Attrs, human_bytes, human_secs, latest};
+use crate::verdict::{self, Culprit, Figure};
 
 /// Links listed under the matrix.
 const SLOWEST: usize = 3;
-/// A straggler keeps its senders waiting longer than this on average (s) …
-const STRAGGLER_MIN: f64 = 1e-3;
-/// … and this many times the communicator's median rank (as the `NcclStraggler` rule).
-const STRAGGLER_FACTOR: f64 = 4.0;
 
 /// Prints `text` line by line, each cut to 80 columns.
 pub fn say(text: String) {
@@ -127,16 +125,7 @@ pub fn print_slowest_links(requests: &[Request]) {
 /// that points at.
 pub fn print_hangs(requests: &[Request]) {
     let members = Members::new(requests);
-    let mut stuck: BTreeMap<Attrs, f64> = BTreeMap::new();
-    for m in metrics(requests)
-        .into_iter()
-        .filter(|m| m.name == "nccl.progress.hang.stuck")
-    {
-        for p in points(m) {
-            let longest = stuck.entry(p.attrs.into_iter().collect()).or_insert(0.0);
-            *longest = longest.max(p.value);
-        }
-    }
+    let stuck = verdict::stuck(requests);
     let episodes = latest(requests, "nccl.progress.hang.episodes");
     let mut text = String::from("\nHangs (nccl.progress.hang.*)\n");
     let mut any = false;
@@ -149,20 +138,24 @@ pub fn print_hangs(requests: &[Request]) {
             p.value,
             members.who(hash, rank)
         );
-        let mine = stuck
+        let mut longest: BTreeMap<(Wait, &str), f64> = BTreeMap::new();
+        for s in stuck
             .iter()
-            .filter(|(a, _)| get(a, "nccl.comm.hash") == hash && get(a, "nccl.rank") == rank);
-        for (a, secs) in mine.filter(|(_, s)| **s > 0.0) {
-            let (wait, peer) = (get(a, "nccl.wait"), get(a, "nccl.peer"));
-            let culprit = match wait {
-                "network" => format!("the network to {}, or its NIC", members.who(hash, peer)),
-                "peer" => format!("{}: behind or stuck", members.who(hash, peer)),
-                "recv" => format!("{}: its data does not come", members.who(hash, peer)),
-                "proxy" => format!("{} itself: its proxy stopped posting", members.who(hash, rank)),
-                "gpu" => format!("{} itself: its GPU", members.who(hash, rank)),
-                _ => "unknown (no step events)".into(),
+            .filter(|s| s.hash == hash && s.rank == rank && s.secs > 0.0)
+        {
+            let e = longest.entry((s.wait, s.peer.as_deref().unwrap_or(""))).or_default();
+            *e = e.max(s.secs);
+        }
+        for ((wait, peer), secs) in longest {
+            let blames = match wait.blame() {
+                Blame::Peer => format!("{} (this rank is a victim)", members.who(hash, peer)),
+                Blame::Itself => format!("{} itself", members.who(hash, rank)),
+                Blame::Link => format!("the link to {}, or a NIC", members.who(hash, peer)),
             };
-            text += &format!("    stuck up to {secs:.0} s waiting on {wait}\n    culprit: {culprit}\n");
+            text += &format!(
+                "    stuck up to {secs:.0} s waiting on {}\n    points at {blames}\n",
+                wait.as_str()
+            );
         }
     }
     if !any {
@@ -171,54 +164,60 @@ pub fn print_hangs(requests: &[Request]) {
     say(text);
 }
 
-/// Ranks that keep their senders waiting (`nccl.progress.peer_wait` by `nccl.peer`) longer
-/// than [`STRAGGLER_MIN`] on average and [`STRAGGLER_FACTOR`] times their communicator's median
-/// rank (3 ranks or more).
-pub fn print_stragglers(requests: &[Request]) {
+/// The culprits the alerts would name over the run ([`verdict::culprits`]).
+pub fn print_culprits(requests: &[Request]) {
     let members = Members::new(requests);
-    // (comm, peer) → (waits, seconds), over every sender and function.
-    let mut waits: BTreeMap<(String, String), BTreeMap<String, (u64, f64)>> = BTreeMap::new();
-    for (attrs, p) in latest(requests, "nccl.progress.peer_wait") {
-        let key = (get(&attrs, "nccl.comm.hash").to_owned(), comm(&attrs));
-        let w = waits
-            .entry(key)
-            .or_default()
-            .entry(get(&attrs, "nccl.peer").to_owned())
-            .or_default();
-        *w = (w.0 + p.count, w.1 + p.value);
+    let mut text = String::from("\nCulprits (what the alerts of docs/prometheus name, over the run)\n");
+    let culprits = verdict::culprits(requests);
+    for c in &culprits {
+        text += &format!("  {}: {}\n", c.alert.name(), culprit(c, &members));
     }
-    let mut text = String::from("\nStragglers (nccl.progress.peer_wait: how long a rank's senders wait for it)\n");
-    let mut any = false;
-    for ((hash, name), peers) in &waits {
-        let means: BTreeMap<&String, f64> = peers
-            .iter()
-            .filter(|(_, (n, _))| *n > 0)
-            .map(|(peer, (n, secs))| (peer, secs / *n as f64))
-            .collect();
-        if means.len() < 3 {
-            continue;
-        }
-        let mid = median(means.values().copied().collect());
-        for (peer, mean) in means {
-            if mean > STRAGGLER_MIN && mean > STRAGGLER_FACTOR * mid {
-                any = true;
-                text += &format!(
-                    "  comm {name}: senders waited {} on average for\n    \
-                     {} ({:.1}× the median rank's {})\n",
-                    human_secs(mean),
-                    members.who(hash, peer),
-                    mean / mid,
-                    human_secs(mid)
-                );
-            }
-        }
-    }
-    if !any {
+    if culprits.is_empty() {
         text += &format!(
-            "  none: no rank kept its senders waiting over {} and {STRAGGLER_FACTOR}× the\n  \
-             median rank\n",
-            human_secs(STRAGGLER_MIN)
+            "  none: no hang; no link below {:.0} % of its communicator's fast\n  links; \
+             no rank kept its senders waiting over {} (median),\n  {:.0} % of their \
+             collective time and {STRAGGLER_FACTOR}× the median rank\n",
+            SLOW_LINK * 100.0,
+            human_secs(STRAGGLER_WAIT),
+            STRAGGLER_SHARE * 100.0,
         );
     }
     say(text);
+}
+
+/// One culprit in words, on two lines.
+fn culprit(c: &Culprit, members: &Members) -> String {
+    let comm = match c.comm.as_str() {
+        "" => c.hash.clone(),
+        name => format!("{} ({name})", c.hash),
+    };
+    let who = members.who(&c.hash, &c.rank);
+    let peer = || members.who(&c.hash, c.peer.as_deref().unwrap_or("?"));
+    match c.figure {
+        Figure::Ends { slow, of } => {
+            let host = c.host.as_deref().unwrap_or("?");
+            format!("host {host}\n    {slow} of its {of} link ends are slow (its NIC)")
+        }
+        Figure::Waits { median, share, times } => format!(
+            "{who}, comm {comm}\n    its senders wait {} (median), {:.0} % of their\n    \
+             collective time, {times:.1}× the communicator's median rank",
+            human_secs(median),
+            share * 100.0
+        ),
+        Figure::Ratio(ratio) => format!(
+            "{who} → {}, comm {comm}\n    {ratio:.2}× its communicator's fast links",
+            peer()
+        ),
+        Figure::Stuck(secs) => match c.alert {
+            Alert::LinkHung => format!(
+                "{who} → {}, comm {comm}\n    stuck on the network up to {secs:.0} s",
+                peer()
+            ),
+            Alert::RankAbsent => format!("{who}, comm {comm}\n    waited on up to {secs:.0} s, no hang of its own"),
+            _ => format!(
+                "{who}, comm {comm}\n    hung ({}) up to {secs:.0} s",
+                c.wait.map_or("?", Wait::as_str)
+            ),
+        },
+    }
 }

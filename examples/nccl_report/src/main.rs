@@ -8,10 +8,11 @@
 //! Reads OTLP-JSON lines (one `ExportMetricsServiceRequest` per line, as
 //! `NCCL_PROFILER_OTEL_EXPORTER=file` or `stdout` writes them; gzip-compressed files too) of one
 //! or many ranks, and prints: per function and size, counts, latency, service time and bus
-//! bandwidth (host and GPU); the link matrix and the slowest links with their hosts; hangs and
-//! stragglers with their culprits. Lines that are not such requests are counted, skipped and
-//! reported. `--openmetrics FILE` writes every sample in the OpenMetrics text format, named as
-//! Prometheus names the OTLP metrics, for `promtool tsdb create-blocks-from openmetrics`;
+//! bandwidth (host and GPU); the link matrix and the slowest links with their hosts; hangs, and
+//! the culprits the alerts name (the rules' mapping and thresholds, over the run). Lines that are
+//! not such requests are counted, skipped and reported. `--openmetrics FILE` writes every sample
+//! in the OpenMetrics text format, named as Prometheus names the OTLP metrics, for
+//! `promtool tsdb create-blocks-from openmetrics`;
 //! exponential histograms (the plugin's default) as classic ones with power-of-two buckets, since
 //! OpenMetrics text has no native histograms.
 //! Expects cumulative temporality (the plugin's default); delta sums and histograms are added
@@ -26,10 +27,16 @@ mod otlp_receiver;
 mod prom;
 #[path = "../../training_demo/src/report.rs"]
 mod report;
+// The plugin's culprit vocabulary (wait kinds, the alerts' mapping and thresholds); what only
+// applies to the rules' moments (`LIVE_INTERVALS`, `SLOW_NOW`, `for:`) goes unused over a run.
+#[allow(dead_code)]
+#[path = "../../../src/culprit.rs"]
+mod culprit;
 
 mod classic;
 mod culprits;
 mod input;
+mod verdict;
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -83,7 +90,7 @@ fn main() -> ExitCode {
     report::print_links(&cells, ranks, None);
     culprits::print_slowest_links(&requests);
     culprits::print_hangs(&requests);
-    culprits::print_stragglers(&requests);
+    culprits::print_culprits(&requests);
     if let Some(path) = openmetrics {
         match write_openmetrics(&path, &mut requests) {
             Ok(samples) => println!(

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use nccl_profiler_otel::culprit::{Alert, Wait};
+
 use super::live::Firing;
 use super::{Fault, HOSTS, PER_HOST, Where, comm_hash};
 
@@ -66,10 +68,11 @@ impl Fault {
             Fault::Hung { rank, at } => Named::HungRank {
                 rank,
                 at: match at {
-                    Where::Proxy => "proxy",
-                    Where::Gpu => "gpu",
-                    Where::Network => "network",
+                    Where::Proxy => Wait::Proxy,
+                    Where::Gpu => Wait::Gpu,
+                    Where::Network => Wait::Network,
                 }
+                .as_str()
                 .to_owned(),
             },
             Fault::Absent { rank } => Named::Absent { rank },
@@ -80,10 +83,11 @@ impl Fault {
 /// What alert `f` of job `job` names.
 pub fn named(f: &Firing, job: u64) -> Named {
     let other = || Named::Other(format!("{} {:?}", f.label("alertname"), f.labels));
+    let alert = Alert::ALL.into_iter().find(|a| a.name() == f.label("alertname"));
     // The rail communicator's local rank, from its hash; its rank is the host.
     let Some(local) = (0..PER_HOST).find(|&l| format!("{:#x}", comm_hash(job, l)) == f.label("nccl_comm_hash")) else {
-        return match (f.label("alertname"), f.label("culprit_host").strip_prefix("host")) {
-            ("NcclSlowHost", Some(h)) => h.parse().map_or_else(|_| other(), |host| Named::SlowHost { host }),
+        return match (alert, f.label("culprit_host").strip_prefix("host")) {
+            (Some(Alert::SlowHost), Some(h)) => h.parse().map_or_else(|_| other(), |host| Named::SlowHost { host }),
             _ => other(),
         };
     };
@@ -95,15 +99,15 @@ pub fn named(f: &Firing, job: u64) -> Named {
             .map(|h| h * PER_HOST + local)
     };
     let (rank, peer) = (world("culprit_rank"), world("nccl_peer"));
-    match (f.label("alertname"), rank, peer) {
-        ("NcclRankHung", Some(rank), _) => Named::HungRank {
+    match (alert, rank, peer) {
+        (Some(Alert::RankHung), Some(rank), _) => Named::HungRank {
             rank,
             at: f.label("nccl_where").to_owned(),
         },
-        ("NcclLinkHung", Some(src), Some(dst)) => Named::HungLink { src, dst },
-        ("NcclRankAbsent", Some(rank), _) => Named::Absent { rank },
-        ("NcclStraggler", Some(rank), _) => Named::SlowRank { rank },
-        ("NcclSlowLink", Some(src), Some(dst)) => Named::SlowLink { src, dst },
+        (Some(Alert::LinkHung), Some(src), Some(dst)) => Named::HungLink { src, dst },
+        (Some(Alert::RankAbsent), Some(rank), _) => Named::Absent { rank },
+        (Some(Alert::Straggler), Some(rank), _) => Named::SlowRank { rank },
+        (Some(Alert::SlowLink), Some(src), Some(dst)) => Named::SlowLink { src, dst },
         _ => other(),
     }
 }
