@@ -37,7 +37,7 @@ pub const SETTLE: Duration = Duration::from_millis(20);
 /// after its grace period (a collective longer than the interval): their stops land in it. Then
 /// it is processed with them open and their later states and stops are lost (counted late).
 pub const HOLD_PROGRESSING: Duration = Duration::from_secs(60);
-/// How soon the telemetry thread looks again at a [`Polled::busy`] communicator: between two
+/// How soon the telemetry thread looks again at a [`Slot::busy`] communicator: between two
 /// looks a window may take a quarter of its capacity beyond the count trigger (up to the root
 /// share) before new events are dropped, 25,000 records at the default capacity, so 1 ms keeps
 /// up with 25 M records/s per communicator where the usual 10 ms tick keeps up with 2.5 M.
@@ -159,8 +159,6 @@ pub struct Polled {
     pub hang: Option<String>,
     /// The communicator, its counters and progress now (when the poll was asked for them).
     pub state: Option<CommState>,
-    /// Its current window fills fast: look again after [`BUSY_TICK`].
-    pub busy: bool,
 }
 
 /// How long children recorded in a later window wait for their operation's window: longer than
@@ -194,7 +192,6 @@ impl Slot<'_> {
         let mut c = self.lock();
         let mut polled = self.poll_locked(&mut c, now, secs_per_tick, busy);
         polled.state = report.then(|| self.state(&mut c, now));
-        polled.busy = self.busy();
         polled
     }
 
@@ -331,7 +328,8 @@ impl Slot<'_> {
     /// Whether the current window holds half the count trigger or more: records arrive fast
     /// enough that the telemetry thread should look again soon ([`BUSY_TICK`]), before the window
     /// fills past the trigger into the headroom kept for children and stops.
-    fn busy(&self) -> bool {
+    /// Called on: the telemetry thread.
+    pub fn busy(&self) -> bool {
         let cur = self.comm.current_window();
         // Saturating: a sealed window's lanes count as huge (the current one may be sealed by a
         // racing switch).

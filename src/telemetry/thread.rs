@@ -96,8 +96,8 @@ fn run(build: Option<BuildPipeline>) {
             activation::tick(SystemTime::now());
             let hung = std::mem::take(&mut hang);
             let ends = reporter.as_ref().is_some_and(|r| request.is_some() || hung || r.due(now));
-            let mut polled = poll_all(now, load.busy(), ends);
-            busy = polled.iter().any(|p| p.busy);
+            let mut polled;
+            (busy, polled) = poll_all(now, load.busy(), ends);
             for line in polled.iter_mut().filter_map(|p| p.hang.take()) {
                 tracing::warn!("{line}");
                 hang = true;
@@ -132,24 +132,26 @@ fn run(build: Option<BuildPipeline>) {
     }
 }
 
-/// One pass over every communicator, their states with it when the pass `ends` the interval; the
-/// summaries of the windows processed are handed to the sinks.
+/// One pass over every communicator, their states with it when the pass `ends` the interval;
+/// returns whether one of them is [`Slot::busy`], and what each poll yielded (its summaries
+/// already handed to the sinks).
 /// Processing a full window takes milliseconds: after each communicator that processed one,
 /// every communicator's window is closed if due, so that a fast one does not fill its window's
 /// headroom meanwhile.
-fn poll_all(now: Instant, load: f64, ends: bool) -> Vec<Polled> {
+fn poll_all(now: Instant, load: f64, ends: bool) -> (bool, Vec<Polled>) {
     let secs_per_tick = clock::secs_per_tick();
-    consumer::all()
-        .map(|slot| {
-            let polled = slot.poll_loaded(now, secs_per_tick, load, ends);
-            if polled.summaries.iter().any(|s| s.stats.records > 0) {
-                let now = Instant::now();
-                consumer::all().for_each(|s| s.rotate(now));
-            }
-            sink::to_sinks(&polled.summaries);
-            polled
-        })
-        .collect()
+    let (mut busy, mut all) = (false, Vec::new());
+    for slot in consumer::all() {
+        let polled = slot.poll_loaded(now, secs_per_tick, load, ends);
+        if polled.summaries.iter().any(|s| s.stats.records > 0) {
+            let now = Instant::now();
+            consumer::all().for_each(|s| s.rotate(now));
+        }
+        sink::to_sinks(&polled.summaries);
+        all.push(polled);
+        busy |= slot.busy();
+    }
+    (busy, all)
 }
 
 /// At the exit flush: drains every communicator ([`Slot::drain`]), in slot order, its summaries and
