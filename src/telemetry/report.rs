@@ -201,10 +201,13 @@ impl Reporter {
         let entry = &mut self.slots[state.slot];
         let generation = entry.as_ref().filter(|l| l.generation == state.generation);
         let episodes = state.progress.episodes - generation.map_or(0, |l| l.episodes.min(state.progress.episodes));
-        let known = generation.is_some_and(|l| l.meta == state.meta);
-        let (now, last) = (state.counts, entry.as_ref().map_or(DropCounts::default(), |l| l.counts));
-        let grew = last.full <= now.full && last.late <= now.late && last.unpublished <= now.unpublished;
-        let last = if known && grew && last.shed <= now.shed { last } else { DropCounts::default() };
+        let known = generation.filter(|l| l.meta == state.meta);
+        let now = state.counts;
+        let counts = known.map(|l| l.counts);
+        let grew = |last: &DropCounts| {
+            last.full <= now.full && last.late <= now.late && last.unpublished <= now.unpublished && last.shed <= now.shed
+        };
+        let last = counts.filter(grew).unwrap_or_default();
         let dropped = DropCounts {
             full: now.full - last.full,
             late: now.late - last.late,
@@ -217,7 +220,7 @@ impl Reporter {
             counts: now,
             episodes: state.progress.episodes,
         });
-        let counted = !known || state.live || dropped != DropCounts::default();
+        let counted = counts.is_none() || state.live || dropped != DropCounts::default();
         CommReport {
             state,
             dropped,

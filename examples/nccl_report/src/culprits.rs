@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::Request;
-use crate::culprit::{Alert, Blame, SLOW_LINK, STRAGGLER_FACTOR, STRAGGLER_SHARE, STRAGGLER_WAIT, Wait};
+use crate::culprit::{Alert, Blame, MEDIAN, SLOW_LINK, STRAGGLER_FACTOR, STRAGGLER_SHARE, STRAGGLER_WAIT, Wait};
 use crate::report::{Attrs, human_bytes, human_secs, latest};
 use crate::verdict::{self, Culprit, Figure};
 
@@ -73,15 +73,6 @@ impl Members {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
-
 /// The [`SLOWEST`] links by bandwidth, against the median link, with the hosts at either end:
 /// among the links with a latency too, as in the matrix (a bandwidth alone may come from queued
 /// transfers that shared the NIC with another link's).
@@ -96,7 +87,7 @@ pub fn print_slowest_links(requests: &[Request]) {
     if links.is_empty() {
         return;
     }
-    let mid = median(links.iter().map(|l| l.1).collect());
+    let mid = verdict::quantile(MEDIAN, links.iter().map(|l| l.1).collect());
     links.sort_by(|a, b| a.1.total_cmp(&b.1));
     let mut text = format!(
         "\nSlowest links (of {} measured; median {}/s)\n",
