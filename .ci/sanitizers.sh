@@ -4,7 +4,7 @@
 # which needs `-Cunsafe-allow-abi-mismatch=sanitizer` to link and gives ThreadSanitizer false
 # positives that tests/tsan.supp suppresses one by one (docs/reliability.md explains each line).
 #
-# Runs: the window/comm/stats unit tests, tests/plugin_rules.rs, tests/zero_alloc.rs (ASan only),
+# Runs: the window/comm/consumer/stats unit tests, tests/plugin_rules.rs, tests/zero_alloc.rs (ASan only),
 # tests/fuzz_callbacks.rs, tests/lifecycle/ (but for its own-process modules), tests/emulator_scenarios.rs
 # and tests/abi/ (v7: the 2.31 profiler thread). Scaled for time:
 # PROPTEST_CASES (default 64) and LIFECYCLE_EVENTS (default 300) may be overridden.
@@ -49,13 +49,13 @@ for sanitizer in ${SANITIZERS:-address thread}; do
     address)
         # Leak detection on: the plugin's type-stable allocations are reachable from statics.
         export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1"
-        run address --lib -- window:: comm:: stats:: handle:: || status=1
+        run address --lib -- window:: comm:: telemetry::consumer:: stats:: handle:: || status=1
         mapfile -t args < <(tests plugin_rules zero_alloc fuzz_callbacks lifecycle emulator_scenarios abi)
         run address "${args[@]}" "${skip[@]}" || status=1
         ;;
     thread)
         export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:report_signal_unsafe=0:history_size=4:second_deadlock_stack=1"
-        run thread --lib -- window:: comm:: stats:: || status=1
+        run thread --lib -- window:: comm:: telemetry::consumer:: stats:: || status=1
         # zero_alloc is left out: one thread counting its own allocations, nothing to race.
         mapfile -t args < <(tests plugin_rules fuzz_callbacks lifecycle emulator_scenarios abi)
         run thread "${args[@]}" "${skip[@]}" || status=1
