@@ -178,7 +178,8 @@ pub const SLOW_HOST_COMMS: usize = 2;
 /// host wait up to about 1 ms …
 pub const STRAGGLER_WAIT: f64 = 0.002;
 
-/// … more than this share of their collective time …
+/// … more than this share of their collective service time (a collective's enqueue → completion
+/// also holds its wait behind those queued before it) …
 pub const STRAGGLER_SHARE: f64 = 0.1;
 
 /// … and more than this many times what the communicator's median rank makes them wait.

@@ -7,9 +7,9 @@
 //! began is not taken as idle. Traffic the process does not see (other processes on the NIC,
 //! windows processed after the interval closed) and transfers handed over after it that share
 //! the wire with it (a NIC serving several queues at once) can still lengthen an idle transfer:
-//! a latency from idle transfers is an upper bound. A queued transfer in whose gap (the previous
-//! completion of its link → its own) no other transfer on the NIC completed is **clean**:
-//! its bytes alone went over the wire in the gap, so the clean ones give the wire's own rate: the
+//! a latency from idle transfers is an upper bound. A gap of queued transfers (the link's
+//! previous observation → theirs, [`super::queue`]) near which no other transfer on the NIC
+//! completed is **clean**: its bytes alone went over the wire in the gap, so the clean ones give the wire's own rate: the
 //! link's bandwidth, and the rate the idle transfers' latency is computed at (a rate mixing in
 //! other links' transfers queued on the same NIC would be too low).
 //!
@@ -155,11 +155,11 @@ impl Check {
         merged.len() == 1 && all.len() == 1
     }
 
-    /// Whether no transfer on the NIC completed strictly between `after` and `stop`; false
-    /// when the stops were not kept.
-    pub fn clean(&self, after: u64, stop: u64) -> bool {
-        let from = self.stops.partition_point(|&x| x <= after);
-        !self.stops.is_empty() && self.stops.get(from).is_none_or(|&x| x >= stop)
+    /// Whether the transfers on the NIC that completed in `around` (both ends included) are
+    /// the `own` of the gap's link, no other; false when the stops were not kept.
+    pub fn clean(&self, (from, to): Span, own: u32) -> bool {
+        let n = self.stops.partition_point(|&x| x <= to) - self.stops.partition_point(|&x| x < from);
+        !self.stops.is_empty() && n == own as usize
     }
 }
 
@@ -205,17 +205,18 @@ mod tests {
         assert!(!t.candidate(at(yes) - at(GAP_SLOTS + 1), at(yes)), "and one from further");
         let c = t.close();
         assert!(!c.idle(at(yes)), "a period from an unsampled slot was in flight");
-        assert!(!c.clean(at(yes), at(yes) + 5), "a completion in between");
+        assert!(!c.clean((at(yes), at(yes) + 5), 0), "a completion in between");
     }
 
     #[test]
-    fn a_gap_is_clean_without_another_completion_inside() {
+    fn a_gap_is_clean_with_its_own_completions_only_around_it() {
         let mut t = Timeline::default();
         t.add(&[(0, 100)], &[10, 20, 30, 100]);
         t.add(&[(5, 25)], &[25]);
         let c = t.close();
-        assert!(c.clean(10, 20) && c.clean(25, 30) && c.clean(30, 100));
-        assert!(!c.clean(20, 30), "25 came between");
+        assert!(c.clean((10, 20), 2) && c.clean((26, 30), 1) && c.clean((30, 100), 2));
+        assert!(!c.clean((20, 30), 2), "25 came between");
+        assert!(!c.clean((10, 25), 2), "another link's 25 at the widened edge");
     }
 
     #[test]

@@ -170,7 +170,7 @@ impl Interval {
                 let openers = l.queue.openers.iter().filter(|o| t.candidate(o.sent, o.sent));
                 link.openers.extend(openers.map(|&o| (o, s.comm.rank)));
                 let room = MAX_GAPS.saturating_sub(link.gaps.len());
-                link.gaps.extend(l.queue.gaps.iter().filter(|g| t.candidate(g.after, g.stop)).take(room));
+                link.gaps.extend(l.queue.gaps.iter().filter(|g| t.candidate(g.around.0, g.around.1)).take(room));
             }
         }
         for c in &s.channels {
@@ -195,7 +195,7 @@ impl Interval {
                     let key = (CommKey { rank: *rank, ..comm.clone() }, o.channel);
                     self.channels.entry(key).or_default().push(o.bytes, o.secs);
                 }
-                for g in link.gaps.iter().filter(|g| check.clean(g.after, g.stop)) {
+                for g in link.gaps.iter().filter(|g| check.clean(g.around, g.own)) {
                     link.queue.clean.add(g);
                 }
                 let mut fit = link.queue.fit(link.bytes, link.transfers, mode);
@@ -215,7 +215,7 @@ impl Interval {
             .map(|((comm, channel), samples)| ChannelFigures {
                 comm,
                 channel,
-                latency: samples.fit(mode).map(|f| f.latency()).filter(|_| !shed),
+                latency: samples.fit(mode).and_then(|f| f.latency()).filter(|_| !shed),
             })
             .collect();
         let sampling = std::mem::take(&mut self.sampling)
@@ -345,10 +345,11 @@ mod tests {
     #[test]
     fn idle_means_idle_across_communicators_of_one_nic() {
         use crate::aggregate::queue::{Step, analyze};
+        // 5 ticks of latency, 10 bytes per tick.
         let step = |sent, stop| Step {
             sent,
             stop,
-            bytes: 10 * (stop - sent),
+            bytes: 10 * (stop - sent - 5),
             tag: 0,
         };
         let queue = |steps: &mut [Step]| analyze(steps, 1e-6, |_| 3);

@@ -14,6 +14,14 @@
 //!   not lower the bound). The queued transfers whose gap no other transfer of the process
 //!   shared give the wire's own rate ([`super::idle`]).
 //!
+//! NCCL's proxy thread sees completions once per pass of its progress loop: those of one pass
+//! are stopped together, whenever in the pass they happened. A completion less than
+//! [`SAME_PASS`] after the one before is one observation with it: a gap runs from one
+//! observation to the next and carries the bytes of every queued transfer in the later one (a
+//! pass's second completion alone would be bytes over almost no time). The gap is clean only when
+//! no other link's transfer completed within [`SAME_PASS`] of it either: one seen in the same
+//! pass may have completed on either side of its edge.
+//!
 //! The link was **busy** while at least one transfer was in flight.
 //!
 //! Pure; called on the telemetry thread (or `finalize`) per link and window.
@@ -34,40 +42,70 @@ pub struct Step {
     pub tag: u32,
 }
 
-/// Bytes over seconds of queued transfers' gaps, mergeable.
+/// The clean gaps' bytes and seconds: the wire's rate is their ratio of sums. A gap's ends are
+/// completions as the proxy saw them, each late by however long it took to look (the rest of its
+/// pass, a preemption): a gap is its bytes' wire time plus the difference of two such delays,
+/// which cancel over consecutive gaps but scatter each one. Mergeable sums, so the rate comes
+/// with its standard error.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Rate {
-    /// Bytes of the transfers.
-    pub bytes: u64,
-    /// Sum of their completion-to-completion times, seconds.
-    pub secs: f64,
-    /// Transfers.
-    pub n: u64,
+pub struct Clean {
+    n: u64,
+    bytes: f64,
+    secs: f64,
+    /// Σ bytes², Σ secs², Σ bytes × secs.
+    bb: f64,
+    ss: f64,
+    bs: f64,
 }
 
-impl Rate {
-    /// Adds `other`'s transfers.
-    pub fn merge(&mut self, other: &Rate) {
-        self.bytes = self.bytes.saturating_add(other.bytes);
-        self.secs += other.secs;
+impl Clean {
+    /// Adds `other`'s gaps.
+    pub fn merge(&mut self, other: &Clean) {
         self.n += other.n;
+        self.bytes += other.bytes;
+        self.secs += other.secs;
+        self.bb += other.bb;
+        self.ss += other.ss;
+        self.bs += other.bs;
     }
 
-    /// Adds a queued transfer's gap.
+    /// Adds a clean gap.
     pub fn add(&mut self, gap: &Gap) {
-        self.merge(&Rate {
-            bytes: gap.bytes,
-            secs: gap.secs,
+        let (b, s) = (gap.bytes as f64, gap.secs);
+        self.merge(&Clean {
             n: 1,
+            bytes: b,
+            secs: s,
+            bb: b * b,
+            ss: s * s,
+            bs: b * s,
         });
     }
 
-    /// Bytes per second, when there is time to divide by.
+    /// Clean gaps added.
+    #[cfg(test)]
+    pub fn gaps(&self) -> u64 {
+        self.n
+    }
+
+    /// Bytes per second over the gaps, when there are [`MIN_CLEAN`] of them and the ratio's
+    /// standard error (from each gap's departure from it) is within [`RATE_ERROR`] of it: else
+    /// the completions' delays are too large a part of the gaps to tell the wire's rate.
     pub fn per_sec(&self) -> Option<f64> {
-        let r = self.bytes as f64 / self.secs;
-        (self.secs > 0.0 && r.is_finite()).then_some(r)
+        let rate = self.bytes / self.secs;
+        if self.n < MIN_CLEAN || !(rate.is_finite() && rate > 0.0) {
+            return None;
+        }
+        // Σ (secs − bytes / rate)², the spread of the gaps around the rate's line.
+        let residual = (self.ss - 2.0 * self.bs / rate + self.bb / (rate * rate)).max(0.0);
+        let n = self.n as f64;
+        let error = (residual * n / (n - 1.0)).sqrt() / self.secs;
+        (error <= RATE_ERROR).then_some(rate)
     }
 }
+
+/// The largest relative standard error of a wire rate from clean gaps.
+pub const RATE_ERROR: f64 = 0.03;
 
 /// A transfer that opened a busy period of the link.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,18 +123,24 @@ pub struct Opener {
 /// SendWait of a busy period's first transfer and the latest stop in it, clock ticks.
 pub type Span = (u64, u64);
 
-/// A queued transfer: the completion before it and its own, clock ticks; its bytes went over the
-/// wire in between, unless another transfer of the process completed there too.
+/// Queued transfers seen in one observation: the observation before them and theirs, clock
+/// ticks; their bytes went over the wire in between, unless another transfer of the process
+/// completed there too.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Gap {
     /// The latest completion of the link's earlier transfers.
     pub after: u64,
-    /// Its stop.
+    /// The observation's last stop.
     pub stop: u64,
-    /// Its bytes.
+    /// Their bytes.
     pub bytes: u64,
     /// `stop - after`, seconds.
     pub secs: f64,
+    /// Where no other link's transfer may have completed for the gap to be clean: `after` and
+    /// `stop` widened by [`SAME_PASS`], clock ticks.
+    pub around: Span,
+    /// The link's own stops in `around`.
+    pub own: u32,
 }
 
 /// What one window's transfers on a link say about it.
@@ -113,11 +157,10 @@ pub struct Queue {
     pub gaps: Vec<Gap>,
     /// The transfers that opened them.
     pub openers: Vec<Opener>,
-    /// The queued transfers in whose gap no other transfer of the process completed: the wire's
-    /// own rate, unmixed with other links' transfers queued on the same NIC (a slow link's among
-    /// them would make a healthy one look slow). Filled per interval ([`super::idle`]), never per
-    /// window.
-    pub clean: Rate,
+    /// The gaps near which no other transfer of the process completed: the wire's own rate,
+    /// unmixed with other links' transfers queued on the same NIC (a slow link's among them would
+    /// make a healthy one look slow). Filled per interval ([`super::idle`]), never per window.
+    pub clean: Clean,
     /// Seconds with at least one transfer in flight.
     pub busy: f64,
     /// Seconds the transfers waited for the link's earlier ones to complete, summed.
@@ -138,6 +181,11 @@ impl Queue {
 /// Clean queued transfers a wire rate needs before it is preferred to the idle transfers' fit.
 pub const MIN_CLEAN: u64 = 4;
 
+/// Completions closer than this (seconds) were seen in one pass of the proxy's progress loop:
+/// its callbacks for one pass's completions come a few hundred nanoseconds apart, and no real
+/// step (512 KiB at 100 GB/s takes 5 µs) completes sooner after the one before on its wire.
+pub const SAME_PASS: f64 = 10e-6;
+
 /// A link's figures for one interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LinkFit {
@@ -157,31 +205,34 @@ pub struct LinkFit {
 
 impl Queue {
     /// The link's figures from `bytes` moved by `transfers`: bandwidth from the wire rate of the
-    /// clean queued transfers (at least [`MIN_CLEAN`] of them), else from the idle transfers'
-    /// fit; latency from the idle transfers at that wire rate (one size suffices), else from
-    /// their fit (two sizes at least); throughput from the busy time; the mean wait over the
-    /// transfers.
+    /// clean gaps ([`Clean::per_sec`]), else from the idle transfers' fit; latency from the idle
+    /// transfers at that wire rate (one size suffices), else from their fit (two sizes at
+    /// least); throughput from the busy time; the mean wait over the transfers.
     pub fn fit(&self, bytes: u64, transfers: u64, mode: Mode) -> LinkFit {
-        let fit = self.idle.fit(mode);
-        let rate = self.clean.per_sec().filter(|_| self.clean.n >= MIN_CLEAN);
+        // `AVG` fits every idle transfer, each as late as its completion was seen: its slope
+        // must be precise. `MIN` fits each size's low percentile, which those delays leave be.
+        let fitted = self.idle.fit(mode);
+        let fit = fitted.filter(|f| mode == Mode::Min || f.precise_bandwidth().is_some());
+        let rate = self.clean.per_sec();
         let bandwidth = rate.or(fit.map(|f| f.bandwidth()));
         let latency = match (rate, fit) {
             (Some(bw), _) => self.idle.latency_at(mode, bw),
-            (None, Some(f)) => Some(f.latency()),
+            (None, Some(f)) => f.latency(),
             (None, None) => None,
         };
         let missing = latency
             .is_none()
             .then(|| match (self.idle.is_empty(), self.idle.sizes()) {
                 (true, _) => "no_idle_transfer",
-                (false, 0 | 1) => "one_size",
+                // At a known rate one size suffices: the idle transfers took no longer than it.
+                (false, 0 | 1) if rate.is_none() => "one_size",
                 _ => "no_fit",
             });
         let throughput = bytes as f64 / self.busy;
         LinkFit {
             latency,
             bandwidth,
-            r2: fit.map(|f| f.r2),
+            r2: fitted.map(|f| f.r2),
             throughput: (self.busy > 0.0 && throughput.is_finite()).then_some(throughput),
             wait: (transfers > 0).then(|| self.wait / transfers as f64),
             missing,
@@ -228,21 +279,56 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
         q.spans.push((from, last_stop));
     }
     q.stops.extend(steps.iter().map(|s| s.stop));
-    // Pass 2: transfers certain to have queued behind a busy wire.
-    let bound = low_percentile(&mut opening_ticks).unwrap_or(u64::MAX);
-    last_stop = 0;
-    for s in steps.iter() {
-        if s.sent.saturating_add(bound) < last_stop && s.stop > last_stop {
-            q.gaps.push(Gap {
-                after: last_stop,
-                stop: s.stop,
-                bytes: s.bytes,
-                secs: secs(s.stop - last_stop),
-            });
+    q.gaps = gaps(steps, low_percentile(&mut opening_ticks).unwrap_or(u64::MAX), secs_per_tick);
+    q
+}
+
+/// Pass 2 of [`analyze`]: the gaps of transfers certain to have queued behind a busy wire (handed
+/// over more than `bound` ticks before the link's previous completion), one per observation.
+fn gaps(steps: &[Step], bound: u64, secs_per_tick: f64) -> Vec<Gap> {
+    let pass = (SAME_PASS / secs_per_tick) as u64;
+    let mut stops: Vec<u64> = steps.iter().map(|s| s.stop).collect();
+    stops.sort_unstable();
+    let own = |(from, to): Span| (stops.partition_point(|&x| x <= to) - stops.partition_point(|&x| x < from)) as u32;
+    let mut gaps: Vec<Gap> = Vec::new();
+    // Whether the observation the last stop belongs to is the last gap's (else it is unusable).
+    let mut open = false;
+    let mut last_stop = 0u64;
+    for s in steps {
+        let queued = s.sent.saturating_add(bound) < last_stop && s.stop > last_stop;
+        let same_pass = last_stop > 0 && s.stop >= last_stop && s.stop - last_stop < pass;
+        match (same_pass, queued) {
+            (true, true) if open => {
+                let g = gaps.last_mut().expect("an open gap");
+                (g.stop, g.bytes) = (s.stop, g.bytes.saturating_add(s.bytes));
+            }
+            (true, _) => {
+                // A transfer of the pass that is not certain to have queued: the observation's
+                // bytes are not all known to have crossed the wire in its gap.
+                if open {
+                    gaps.pop();
+                }
+                open = false;
+            }
+            (false, true) => {
+                gaps.push(Gap {
+                    after: last_stop,
+                    stop: s.stop,
+                    bytes: s.bytes,
+                    ..Gap::default()
+                });
+                open = true;
+            }
+            (false, false) => open = false,
         }
         last_stop = last_stop.max(s.stop);
     }
-    q
+    for g in &mut gaps {
+        g.secs = (g.stop - g.after) as f64 * secs_per_tick;
+        g.around = (g.after.saturating_sub(pass), g.stop.saturating_add(pass));
+        g.own = own(g.around);
+    }
+    gaps
 }
 
 /// The [`BOUND_QUANTILE`] of `ticks` (nearest rank, `⌊q·n⌋ + 1`); `None` when empty.
@@ -273,8 +359,8 @@ mod tests {
     }
 
     /// The rate of all of `q`'s gaps, as if every one were clean.
-    fn queued(q: &Queue) -> Rate {
-        let mut r = Rate::default();
+    fn queued(q: &Queue) -> Clean {
+        let mut r = Clean::default();
         q.gaps.iter().for_each(|g| r.add(g));
         r
     }
@@ -291,16 +377,54 @@ mod tests {
         assert_eq!(q.wait, 350.0);
         assert_eq!(q.fit(8000, 8, Mode::Avg).wait, Some(350.0 / 8.0));
         // The second was handed over within the first one's latency: not certain to queue.
-        assert_eq!(
-            queued(&q),
-            Rate {
-                bytes: 6000,
-                secs: 60.0,
-                n: 6
-            }
-        );
+        assert_eq!(queued(&q).gaps(), 6);
         assert_eq!(queued(&q).per_sec(), Some(100.0));
         assert_eq!(q.busy, 90.0);
+    }
+
+    /// 100 kB steps taking 10 µs on the wire and 5 µs of latency, 8 in flight, a step handed over
+    /// when the proxy saw one complete; the proxy sees completions at the end of 25 µs passes
+    /// and stops them 300 ns apart (ticks of 1 ns). A gap per completion would credit a pass's
+    /// second step with 300 ns; a gap per observation gives the wire's rate.
+    #[test]
+    fn completions_seen_in_passes_give_the_wire_rate() {
+        let (pass, wire, latency, bytes) = (25_000u64, 10_000u64, 5_000u64, 100_000u64);
+        let seen = |t: u64| t.div_ceil(pass) * pass;
+        let mut steps: Vec<Step> = Vec::new();
+        let mut free = 0u64;
+        for k in 0..400usize {
+            let sent = if k < 8 { 0 } else { steps[k - 8].stop };
+            let start = free.max(sent);
+            free = start + wire;
+            let stop = seen(free + latency);
+            let before = steps.iter().rev().take_while(|s| s.stop >= stop).count() as u64;
+            steps.push(step(sent, stop + 300 * before, bytes));
+        }
+        let q = analyze(&mut steps, 1e-9);
+        let r = queued(&q);
+        let rate = r.per_sec().unwrap();
+        assert!(r.gaps() > 100 && (rate / 1e10 - 1.0).abs() < 0.02, "{r:?}: {rate:.3e} B/s, not 1e10");
+        assert!(q.gaps.iter().all(|g| g.secs >= 10e-6 && g.own >= 2), "{:?}", q.gaps.first());
+    }
+
+    /// Gaps of one size scattered ±40 % by the completions' delays: eight cannot tell the rate
+    /// within 3 %, eight hundred can.
+    #[test]
+    fn a_rate_the_delays_blur_is_withheld() {
+        let mut c = Clean::default();
+        let gap = |secs: f64| Gap {
+            bytes: 1000,
+            secs,
+            ..Gap::default()
+        };
+        for k in 0..8 {
+            c.add(&gap(if k % 2 == 0 { 14.0 } else { 6.0 }));
+        }
+        assert_eq!((c.gaps(), c.per_sec()), (8, None));
+        for k in 0..792 {
+            c.add(&gap(if k % 2 == 0 { 14.0 } else { 6.0 }));
+        }
+        assert_eq!(c.per_sec(), Some(100.0));
     }
 
     #[test]
@@ -390,9 +514,10 @@ mod tests {
             stop: 5,
             bytes: 50,
             secs: 5.0,
+            ..Gap::default()
         });
         a.merge(&b);
         // a: the second waited 10 ticks, the third 20; b waited nothing.
-        assert_eq!((a.clean.n, a.busy, a.wait), (1, 35.0, 30.0));
+        assert_eq!((a.clean.gaps(), a.busy, a.wait), (1, 35.0, 30.0));
     }
 }

@@ -25,10 +25,19 @@ pub struct Fit {
 }
 
 impl Fit {
-    /// Latency in seconds: the intercept clamped at 0, since noise can push a near-zero intercept
-    /// slightly negative and a negative latency is meaningless.
-    pub fn latency(&self) -> f64 {
-        self.intercept.max(0.0)
+    /// Latency in seconds: the intercept when it is positive. Noise can push a near-zero
+    /// intercept to or below zero, and a latency of zero is as meaningless as a negative one: the
+    /// fit cannot tell it.
+    pub fn latency(&self) -> Option<f64> {
+        (self.intercept > 0.0).then_some(self.intercept)
+    }
+
+    /// [`Fit::bandwidth`], when the slope's standard error is within [`SLOPE_ERROR`] of it (from
+    /// R² and the points: `√((1 − R²) / (R² (n − 2)))`); two points make an exact line, with no
+    /// error to tell, and are taken.
+    pub fn precise_bandwidth(&self) -> Option<f64> {
+        let error = ((1.0 - self.r2) / (self.r2 * (self.n as f64 - 2.0))).sqrt();
+        (self.n <= 2 || error <= SLOPE_ERROR).then(|| self.bandwidth())
     }
 
     /// Bandwidth in bytes per second, `1 / slope`.
@@ -46,6 +55,11 @@ impl Fit {
 pub fn fit(points: &[(f64, f64)]) -> Option<Fit> {
     fit_iter(points.iter().copied())
 }
+
+/// The largest relative standard error of a fit's slope for a bandwidth from it: completions seen
+/// late by a varying delay (the proxy's pass, a preemption) scatter the times of transfers of any
+/// size, and a few points cannot tell the slope.
+pub const SLOPE_ERROR: f64 = 0.02;
 
 /// Most distinct sizes a [`Samples`] tracks for [`Mode::Min`].
 pub const MAX_SIZES: usize = 256;
@@ -211,7 +225,8 @@ impl Samples {
 
     /// The latency these samples imply at a known `bandwidth` (bytes/s): the mean over samples
     /// ([`Mode::Avg`]) or over sizes of their percentile ([`Mode::Min`]) of `secs - bytes /
-    /// bandwidth`, clamped at 0; `None` without samples (or a percentile kept).
+    /// bandwidth`; `None` without samples (or a percentile kept), and when it is not positive
+    /// (the transfers took no longer than their bytes at that rate: no latency can be told).
     pub fn latency_at(&self, mode: Mode, bandwidth: f64) -> Option<f64> {
         let excess = |bytes: f64, secs: f64| secs - bytes / bandwidth;
         let l = match mode {
@@ -225,7 +240,7 @@ impl Samples {
                 (!per_size.is_empty()).then(|| per_size.iter().sum::<f64>() / per_size.len() as f64)?
             }
         };
-        l.is_finite().then_some(l.max(0.0))
+        (l.is_finite() && l > 0.0).then_some(l)
     }
 
     /// The entry of `bytes`, tracking it if the table has room.
@@ -442,7 +457,7 @@ mod tests {
                 let f = f.expect("an exact line fits");
                 prop_assert!(rel(f.slope, b) < 1e-6, "{f:?} a={a} b={b}");
                 prop_assert!(rel(f.intercept, a) < 1e-6, "{f:?} a={a} b={b}");
-                prop_assert!(rel(f.latency(), a) < 1e-6);
+                prop_assert!(rel(f.latency().unwrap(), a) < 1e-6);
                 prop_assert!(rel(f.bandwidth(), 1.0 / b) < 1e-6);
                 prop_assert!(f.r2 > 1.0 - 1e-9 && f.r2 <= 1.0, "{f:?}");
                 prop_assert_eq!(f.n, n as u64);
@@ -529,7 +544,7 @@ mod tests {
             for mode in [Mode::Avg, Mode::Min] {
                 let f = s.fit(mode).expect("sizes are distinct and the slope positive");
                 prop_assert!((0.0..=1.0).contains(&f.r2), "{f:?}");
-                prop_assert!(f.latency() >= 0.0);
+                prop_assert!(f.latency().is_none_or(|l| l > 0.0));
             }
         }
     }
@@ -622,10 +637,10 @@ mod tests {
             }
         }
         let (c, n) = (clean.fit(Mode::Min).unwrap(), noisy.fit(Mode::Min).unwrap());
-        assert!(rel(n.latency(), c.latency()) < 0.02, "{n:?} vs {c:?}");
+        assert!(rel(n.latency().unwrap(), c.latency().unwrap()) < 0.02, "{n:?} vs {c:?}");
         assert!(rel(n.bandwidth(), c.bandwidth()) < 0.02, "{n:?} vs {c:?}");
         assert!(
-            rel(c.latency(), a) < 0.05 && rel(c.bandwidth(), 1.0 / b) < 0.05,
+            rel(c.latency().unwrap(), a) < 0.05 && rel(c.bandwidth(), 1.0 / b) < 0.05,
             "{c:?}"
         );
     }
@@ -693,17 +708,17 @@ mod tests {
     }
 
     #[test]
-    fn latency_clamps_negative_intercept() {
+    fn no_latency_from_an_intercept_at_or_below_zero() {
         let f = Fit {
             slope: 0.5f64.powi(30),
             intercept: -1e-9,
             r2: 1.0,
             n: 2,
         };
-        assert_eq!(f.latency(), 0.0);
+        assert_eq!(f.latency(), None);
         assert_eq!(f.bandwidth(), GIB as f64);
         let f = fit(&[(1e6, 1e-3 - 1e-9), (2e6, 2e-3 - 1e-9)]).unwrap();
-        assert!(f.intercept < 0.0 && f.latency() == 0.0, "{f:?}");
+        assert!(f.intercept < 0.0 && f.latency().is_none(), "{f:?}");
     }
 
     #[test]

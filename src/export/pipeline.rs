@@ -787,8 +787,8 @@ mod tests {
             queue: Some(1e-3),
             missing: None,
         };
-        // Sizes and transfers once (none for bare ops), times 8 times: 2 + 8 × (1 + 4 + 3).
-        assert_eq!(OpInstruments::measurements(&s.colls[0].ops, &[Split::default(), served], &[]), 66);
+        // Sizes and transfers once (none for bare ops), times 8 times: 2 + 8 × (1 + 2 + 3).
+        assert_eq!(OpInstruments::measurements(&s.colls[0].ops, &[Split::default(), served], &[]), 50);
         h.record(&s);
         h.end(Vec::new(), &[]);
         let mut rm = ResourceMetrics::default();

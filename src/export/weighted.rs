@@ -33,10 +33,12 @@ impl OpInstruments {
     /// instruments that get a value are bound (binding alone creates the series). Records a
     /// group's operations and transfers, with the bytes and bandwidths `scale` gives them: every
     /// operation's size and transfers once (no transfers for one whose steps were shed), its
-    /// times and bandwidths its weight times. With `split` (collectives: each operation's
-    /// split, and the attributes of the sums), host bandwidths come from the service time, and
-    /// the summed times and bus bytes (× weight) and the missing service times (+ weight) are
-    /// counted; else (P2P sends) from the latency.
+    /// times and GPU bandwidths (over its own kernel time) its weight times. With `split`
+    /// (collectives: each operation's split, and the attributes of the sums), the summed
+    /// service and GPU times and bus bytes (× weight) and the missing service times (+ weight)
+    /// are counted: the host's bandwidth is their ratio, never a per-operation figure (a service
+    /// time is only as long as the gap to the completion before it, which clusters when
+    /// completions are seen in batches).
     pub(super) fn record(
         &self,
         ops: &[OpSample],
@@ -73,28 +75,33 @@ impl OpInstruments {
         let none = Split::default();
         let split_of = |i: usize| split.and_then(|(s, _)| s.get(i)).unwrap_or(&none);
         let clocks = [
-            (false, &self.algbw, &self.busbw, served.map(|(s, _)| (&s.service_time, &s.service_bus_bytes))),
-            (true, &self.kernel_algbw, &self.kernel_busbw, served.map(|(s, _)| (&s.kernel_time, &s.kernel_bus_bytes))),
+            (false, served.map(|(s, _)| (&s.service_time, &s.service_bus_bytes))),
+            (true, served.map(|(s, _)| (&s.kernel_time, &s.kernel_bus_bytes))),
         ];
-        for (gpu, algbw, busbw, sums) in clocks {
+        for (gpu, sums) in clocks {
             let time_of = |i: usize, o: &OpSample| match (gpu, split) {
                 _ if weight(o) == 0 => None,
                 (true, _) => o.gpu,
                 (false, Some(_)) => split_of(i).service,
-                (false, None) => o.duration,
+                (false, None) => None,
             };
             if !ops.iter().enumerate().any(|(i, o)| time_of(i, o).is_some()) {
                 continue;
             }
-            let kernel_duration = gpu.then(|| self.kernel_duration.bind(attrs));
-            let (algbw, busbw) = (algbw.bind(attrs), busbw.bind(attrs));
+            // The GPU's: per operation, over its own kernel time.
+            let per_op = gpu.then(|| {
+                let bind = |h: &opentelemetry::metrics::Histogram<f64>| h.bind(attrs);
+                (bind(&self.kernel_duration), bind(&self.kernel_algbw), bind(&self.kernel_busbw))
+            });
             let (mut secs, mut bus, mut summed) = (0.0, 0.0, false);
             for (op, t) in ops.iter().enumerate().filter_map(|(i, o)| Some((o, time_of(i, o)?))) {
                 let w = weight(op);
-                kernel_duration.iter().for_each(|h| record_n(h, t, w));
-                if let Some((alg, per_op)) = scale.bandwidths(op.bytes, t) {
-                    record_n(&algbw, alg, w);
-                    per_op.inspect(|&b| record_n(&busbw, b, w));
+                if let Some((duration, algbw, busbw)) = &per_op {
+                    record_n(duration, t, w);
+                    if let Some((alg, bus)) = scale.bandwidths(op.bytes, t) {
+                        record_n(algbw, alg, w);
+                        bus.inspect(|&b| record_n(busbw, b, w));
+                    }
                 }
                 if let Some(b) = scale.bus_bytes(op.bytes) {
                     (secs, bus, summed) = (secs + t * f64::from(w), bus + b * f64::from(w), true);
@@ -131,7 +138,7 @@ impl OpInstruments {
         let w = |o: &OpSample| u64::from(o.sample.weight());
         let once = ops.iter().map(|o| 2 - u64::from(o.bare)).sum::<u64>();
         let host = ops.iter().map(|o| w(o) * u64::from(o.duration.is_some())).sum::<u64>();
-        let served = splits.iter().zip(ops).map(|(s, o)| 4 * w(o) * u64::from(s.service.is_some()));
+        let served = splits.iter().zip(ops).map(|(s, o)| 2 * w(o) * u64::from(s.service.is_some()));
         let gpu = ops.iter().map(|o| 3 * w(o) * u64::from(o.gpu.is_some())).sum::<u64>();
         once + host + served.sum::<u64>() + gpu + 2 * transfers.len() as u64
     }

@@ -204,7 +204,7 @@ fn exponential_histograms_and_a_dropped_family() {
     for kept in [
         "nccl.link.latency",
         "nccl.coll.duration",
-        "nccl.coll.busbw",
+        "nccl.coll.service.duration",
         "nccl.profiler.events.recorded",
     ] {
         assert!(names.contains(kept), "{kept} missing: {names:?}");

@@ -180,7 +180,7 @@ fn rule_inputs(reqs: &[ExportMetricsServiceRequest]) -> Series {
         "nccl_progress_hang_stuck_seconds{",
         "nccl_progress_peer_wait_seconds_bucket{",
         "nccl_progress_peer_wait_seconds_sum{",
-        "nccl_coll_duration_seconds_sum{",
+        "nccl_coll_service_time_seconds_total{",
         "nccl_link_throughput_bytes_per_second{",
         "nccl_comm_member{",
     ];

@@ -271,7 +271,7 @@ pub fn promtool(reqs: &[ExportMetricsServiceRequest], scenarios: &[Scenario], la
             "nccl_link_throughput",
             "peer_wait_seconds_bucket",
             "peer_wait_seconds_sum",
-            "coll_duration_seconds_sum",
+            "coll_service_time_seconds_total",
             "hang_stuck",
         ];
         let lines: Vec<&str> = yaml.lines().collect();
@@ -607,12 +607,14 @@ fn expect(title: &str, rows: &[Row], slow: &str, stalled: &str, lates: &[(u64, L
             rows.len() == 3 && extreme(rows, -1.0).is_some_and(link),
             "3 links, 1 -> 2 the slowest",
         ),
-        t if t.starts_with("Link latency, sender") || t.starts_with("Link queue wait, sender") => {
-            ok(rows.len() == 3, "3 links")
-        }
-        t if t.starts_with("Link latency (wire) and queue wait") => {
-            ok(rows.len() == 6, "3 links' latency and queue wait")
-        }
+        // A link's latency needs a precise wire rate: one size, few clean gaps scattered by 5 %
+        // jitter may never give one in this short run (the missing panel counts it).
+        t if t.starts_with("Link latency, sender") => ok((1..=3).contains(&rows.len()), "up to 3 links"),
+        t if t.starts_with("Link queue wait, sender") => ok(rows.len() == 3, "3 links"),
+        t if t.starts_with("Link latency (wire) and queue wait") => ok(
+            (4..=6).contains(&rows.len()),
+            "3 links' queue wait and up to 3 latencies",
+        ),
         // Links of the healthy ring (one size, few clean queued transfers) and of the stall.
         t if t.starts_with("Link latency missing") => ok(
             !rows.is_empty()

@@ -167,7 +167,7 @@ pub fn print_culprits(requests: &[Request]) {
         text += &format!(
             "  none: no hang; no link below {:.0} % of its communicator's fast\n  links; \
              no rank kept its senders waiting over {} (median),\n  {:.0} % of their \
-             collective time and {STRAGGLER_FACTOR}× the median rank\n",
+             service time and {STRAGGLER_FACTOR}× the median rank\n",
             SLOW_LINK * 100.0,
             human_secs(STRAGGLER_WAIT),
             STRAGGLER_SHARE * 100.0,

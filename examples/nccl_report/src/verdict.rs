@@ -8,7 +8,8 @@
 //! - slow links and hosts, from each link's median `nccl.link.throughput` against its
 //!   communicator's fast links ([`FAST_LINKS`]);
 //! - stragglers, from the median of the waits for each rank (`nccl.progress.peer_wait`, every
-//!   sender and function), their share of the collective time and the communicator's median rank.
+//!   sender and function), their share of the collectives' service time and the communicator's
+//!   median rank.
 //!
 //! Where the rules read the last 15 s, this reads the run: a communicator that hung is left to
 //! its hang culprits (the rules skip it for a minute after a hang). Included by `nccl_report` and
@@ -331,6 +332,23 @@ type Buckets = BTreeMap<(u64, u64), u64>;
 
 /// Each histogram `name`'s sum and buckets at the end of the run, per attribute set: the latest
 /// point of a cumulative one, the points of a delta one added up.
+/// A counter's value per attribute set at the end of `requests`: a cumulative one's latest
+/// point, a delta one's points added up.
+fn counters(requests: &[Request], name: &str) -> BTreeMap<Attrs, f64> {
+    let mut out: BTreeMap<Attrs, f64> = BTreeMap::new();
+    for m in metrics(requests).into_iter().filter(|m| m.name == name) {
+        let Some(Data::Sum(sum)) = &m.data else {
+            continue;
+        };
+        let delta = sum.aggregation_temporality == AggregationTemporality::Delta as i32;
+        for p in points(m) {
+            let e = out.entry(p.attrs).or_default();
+            *e = if delta { *e + p.value } else { p.value };
+        }
+    }
+    out
+}
+
 fn histograms(requests: &[Request], name: &str) -> BTreeMap<Attrs, (f64, Buckets)> {
     let delta = AggregationTemporality::Delta as i32;
     let mut out: BTreeMap<Attrs, (f64, Buckets)> = BTreeMap::new();
@@ -430,14 +448,14 @@ fn stragglers(
             e.2 += sum;
         }
     }
-    // hash → each rank's time in collectives.
+    // hash → each rank's collective service time.
     let mut busy: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for (a, (sum, _)) in histograms(requests, "nccl.coll.duration") {
+    for (a, secs) in counters(requests, "nccl.coll.service.time") {
         *busy
             .entry(get(&a, "nccl.comm.hash"))
             .or_default()
             .entry(get(&a, "nccl.rank"))
-            .or_default() += sum;
+            .or_default() += secs;
     }
     let medians: BTreeMap<&(String, String), f64> = waits
         .iter()

@@ -1,5 +1,5 @@
 //! The instruments of one kind of operation (`nccl.coll.*`, `nccl.p2p.*`): sizes, latencies,
-//! GPU times, bandwidths, transfers, and for collectives the split of their latency into queue
+//! GPU times and bandwidths, transfers, and for collectives the split of their latency into queue
 //! wait and service time with the sums that make busBw a ratio of sums ([`super::super::weighted`]
 //! records a group of operations into them).
 //! Called on: the telemetry thread (through the pipeline).
@@ -17,8 +17,6 @@ pub(in crate::export) struct OpInstruments {
     pub(in crate::export) bytes: Histogram<f64>,
     pub(in crate::export) duration: Histogram<f64>,
     pub(in crate::export) kernel_duration: Histogram<f64>,
-    pub(in crate::export) algbw: Histogram<f64>,
-    pub(in crate::export) busbw: Histogram<f64>,
     pub(in crate::export) kernel_algbw: Histogram<f64>,
     pub(in crate::export) kernel_busbw: Histogram<f64>,
     pub(in crate::export) transfers: Histogram<u64>,
@@ -99,7 +97,6 @@ impl OpInstruments {
     /// `serial`: the operations run one after the other on their communicator (collectives), so
     /// their latency is split and their busBw summed.
     pub(in crate::export) fn new(meter: &Meter, prefix: &str, what: &str, serial: bool) -> Self {
-        let host = if serial { "service time" } else { "host time" };
         OpInstruments {
             bytes: histogram(
                 meter,
@@ -124,20 +121,6 @@ impl OpInstruments {
                 "s",
                 format!("GPU time of each {what}: first kernel channel start to last channel stop"),
                 &DURATION_BOUNDS,
-            ),
-            algbw: histogram(
-                meter,
-                format!("{prefix}.algbw"),
-                "By/s",
-                format!("Algorithm bandwidth of each {what} (nccl-tests algBw) from its {host}"),
-                &BANDWIDTH_BOUNDS,
-            ),
-            busbw: histogram(
-                meter,
-                format!("{prefix}.busbw"),
-                "By/s",
-                format!("Bus bandwidth of each {what} (nccl-tests busBw) from its {host}"),
-                &BANDWIDTH_BOUNDS,
             ),
             kernel_algbw: histogram(
                 meter,

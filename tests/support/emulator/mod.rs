@@ -67,6 +67,7 @@
 #![allow(dead_code)]
 
 pub mod board;
+pub mod host;
 pub mod logger;
 pub mod net;
 pub mod plugin;
@@ -80,6 +81,8 @@ pub mod time;
 pub mod truth;
 pub mod workload;
 
+#[allow(unused_imports)]
+pub use host::{Contention, Pauses};
 #[allow(unused_imports)]
 pub use net::{Degrade, Link, Links, Network};
 #[allow(unused_imports)]

@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use super::host::Rng;
+
 /// One direction of a rank pair.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Link {
@@ -199,7 +201,7 @@ impl Network {
 /// Jitter draws of one proxy thread.
 pub struct Jitter {
     fraction: f64,
-    state: u64,
+    rng: Rng,
     pending: HashMap<(usize, usize, u64), f64>,
 }
 
@@ -207,7 +209,7 @@ impl Jitter {
     pub fn new(net: &Network, stream: u64) -> Jitter {
         Jitter {
             fraction: net.jitter,
-            state: net.seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            rng: Rng::new(net.seed, stream),
             pending: HashMap::new(),
         }
     }
@@ -228,13 +230,8 @@ impl Jitter {
         1.0 + self.fraction * u
     }
 
-    /// Uniform in [-1, 1) (splitmix64).
+    /// Uniform in [-1, 1).
     fn uniform(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        self.rng.unit() * 2.0 - 1.0
     }
 }

@@ -32,7 +32,10 @@
 //! - ProxyCtrl: a Sleep/Wakeup burst around waiting for work, Idle/Active edges.
 //!
 //! Waits are coarse (sleep, also woken by new tasks) except for step stops, which are precise
-//! ([`time::wait_until`]).
+//! ([`time::wait_until`]): at the end of the progress loop's pass in which the transfer
+//! completed, with the other completions of that pass ([`Options::pass`]). The thread pauses now
+//! and then as a hypervisor pauses it ([`Options::pauses`]): completions due meanwhile are seen
+//! late, together.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -41,6 +44,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use super::host::{Passes, Paused, Rng};
 use super::net::{Jitter, Link, Network};
 use super::plugin::{self, Comm, Descr, H, Plugin, Version, descr, mask, net_plugin_descr, proxy_op_descr, ty};
 use super::profiler_thread::{self, KernelMsg};
@@ -150,7 +154,11 @@ struct Sent {
     wire: (Instant, Instant),
     /// SendWait → stop on an idle wire.
     idle: Duration,
+    /// When the transfer completes (the receiver has its data, the wire's next may follow).
     deadline: Instant,
+    /// When the proxy thread sees it complete and calls its stop: the end of that pass
+    /// ([`Options::pass`]).
+    seen: Instant,
     call: Duration,
     net: H,
     /// The SendWait callback is still to come (a preempted proxy thread), just before the stop.
@@ -271,6 +279,10 @@ pub(crate) struct Proxy<'a> {
     net: &'a Network,
     opts: &'a Options,
     jitter: Jitter,
+    /// The progress loop's passes ([`Options::pass`]).
+    passes: Passes,
+    /// The hypervisor's pauses of this thread ([`Options::pauses`]).
+    paused: Option<Paused>,
     active: Vec<Active>,
     out: Report,
     links: BTreeMap<i32, LinkTruth>,
@@ -321,6 +333,10 @@ impl<'a> Proxy<'a> {
             net,
             opts,
             jitter: Jitter::new(net, spec.hash ^ rank as u64),
+            passes: Passes::new(opts.pass, &mut Rng::new(net.seed, spec.hash ^ rank as u64 ^ 0x9A55)),
+            paused: opts
+                .pauses
+                .map(|p| Paused::new(p, Rng::new(net.seed, spec.hash ^ rank as u64 ^ 0x9A05E))),
             active: Vec::new(),
             out: Report::default(),
             links: BTreeMap::new(),
@@ -412,6 +428,9 @@ impl<'a> Proxy<'a> {
         let mut open = true;
         let mut idle = true;
         loop {
+            if let Some(p) = &mut self.paused {
+                p.maybe();
+            }
             if self.active.is_empty() {
                 if !idle {
                     self.ctrl_burst(ty::CTRL_IDLE);
@@ -439,7 +458,7 @@ impl<'a> Proxy<'a> {
                 }
             }
             // A transfer about to end goes first: nothing else may delay its stop.
-            if let Some((p, ai, oi)) = self.next_deadline()
+            if let Some((p, ai, oi)) = self.next_seen()
                 && p.saturating_duration_since(Instant::now()) <= PRECISE_GUARD
             {
                 // Aim early by the usual delay between the end of the wait and the stop call.
@@ -489,15 +508,16 @@ impl<'a> Proxy<'a> {
         out
     }
 
-    /// The earliest end of a transfer in flight: (deadline, task index, op index).
-    fn next_deadline(&self) -> Option<(Instant, usize, usize)> {
+    /// When the proxy sees the earliest end of a transfer in flight: (that pass's end, task
+    /// index, op index).
+    fn next_seen(&self) -> Option<(Instant, usize, usize)> {
         let mut best: Option<(Instant, usize, usize)> = None;
         for (ai, a) in self.active.iter().enumerate() {
             for (oi, o) in a.ops.iter().enumerate() {
                 if let Some(Step { sent: Some(sent), .. }) = o.steps.front()
-                    && best.is_none_or(|b| sent.deadline < b.0)
+                    && best.is_none_or(|b| sent.seen < b.0)
                 {
-                    best = Some((sent.deadline, ai, oi));
+                    best = Some((sent.seen, ai, oi));
                 }
             }
         }
@@ -506,7 +526,7 @@ impl<'a> Proxy<'a> {
 
     /// Stops every transfer whose time is over, earliest first.
     fn stop_all_due(&mut self) {
-        while let Some((d, ai, oi)) = self.next_deadline() {
+        while let Some((d, ai, oi)) = self.next_seen() {
             if d > Instant::now() {
                 break;
             }
@@ -698,7 +718,7 @@ impl<'a> Proxy<'a> {
         self.stop_all_due();
         let mut active = std::mem::take(&mut self.active);
         // The earliest transfer end: when it comes near, the rest of this pass waits.
-        let mut near = earliest_deadline(&active);
+        let mut near = earliest_seen(&active);
         // One stream per communicator: a collective's kernel starts once every task before it
         // finished, and a task after an unfinished collective waits for it.
         let (mut ahead, mut coll_ahead) = (false, false);
@@ -736,7 +756,7 @@ impl<'a> Proxy<'a> {
                     OpKind::Abandoned => {}
                 }
                 if let Some(Step { sent: Some(sent), .. }) = op.steps.front() {
-                    near = Some(near.map_or(sent.deadline, |d| d.min(sent.deadline)));
+                    near = Some(near.map_or(sent.seen, |d| d.min(sent.seen)));
                 }
             }
             let now = Instant::now();
@@ -839,7 +859,7 @@ impl<'a> Proxy<'a> {
     /// Stops every step of `op` whose transfer time is over.
     fn stop_due(&mut self, op: &mut Op, m: i32, truth: &mut CollTruth) {
         while let Some(Step { sent: Some(sent), .. }) = op.steps.front() {
-            if Instant::now() < sent.deadline {
+            if Instant::now() < sent.seen {
                 break;
             }
             if let Some(t) = stop_front_op(self.plugin, self.opts, op, m, truth) {
@@ -1111,6 +1131,7 @@ impl<'a> Proxy<'a> {
                             wire: (start, end),
                             idle: link.transfer(s.bytes).mul_f64(f),
                             deadline,
+                            seen: self.passes.seen(deadline),
                             call,
                             net,
                             late_send_wait,
@@ -1131,7 +1152,7 @@ impl<'a> Proxy<'a> {
                 continue;
             }
             if let Some(Step { sent: Some(sent), .. }) = op.steps.front() {
-                next.precise(sent.deadline);
+                next.precise(sent.seen);
             }
             break;
         }
@@ -1347,12 +1368,12 @@ impl<'a> Proxy<'a> {
     }
 }
 
-/// The earliest end of a transfer in flight.
-fn earliest_deadline(active: &[Active]) -> Option<Instant> {
+/// When the proxy sees the earliest end of a transfer in flight.
+fn earliest_seen(active: &[Active]) -> Option<Instant> {
     active
         .iter()
         .flat_map(|a| &a.ops)
-        .filter_map(|o| o.steps.front()?.sent.as_ref().map(|s| s.deadline))
+        .filter_map(|o| o.steps.front()?.sent.as_ref().map(|s| s.seen))
         .min()
 }
 
@@ -1406,10 +1427,10 @@ fn stop_front_op(p: &Plugin, opts: &Options, op: &mut Op, m: i32, truth: &mut Co
     let after = Instant::now();
     // A call costs what it costs (both ends pay it); one that took long was preempted.
     let excess = |d: Duration| d.saturating_sub(CALL_BUDGET);
-    let miss = if before >= sent.deadline {
-        (before - sent.deadline).as_secs_f64()
+    let miss = if before >= sent.seen {
+        (before - sent.seen).as_secs_f64()
     } else {
-        -(sent.deadline - before).as_secs_f64()
+        -(sent.seen - before).as_secs_f64()
     };
     let late = Duration::from_secs_f64(miss.abs()) + excess(sent.call) + excess(after - before);
     let step = StepTruth {

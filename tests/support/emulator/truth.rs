@@ -221,8 +221,9 @@ impl LinkTruth {
 /// every earlier transfer of the link completed (opening a busy period) and none of `others` (the
 /// process's other transfers) in flight is idle; those
 /// handed over more than the 5th percentile of the times of the transfers opening a busy period
-/// before the latest earlier completion queued behind a busy wire, and the gap between the two
-/// completions is their wire time when no other transfer of the process completed in it (clean).
+/// before the latest earlier completion queued behind a busy wire, and the gap between the link's
+/// observations of completions (those less than 2 µs apart are one) is their wire time when no
+/// other transfer of the process completed in or near it (clean).
 /// Bandwidth from at least 4 clean ones, else the idle fit; latency the idle transfers' mean excess
 /// over that rate (with `min`: the mean over sizes of each size's low percentile's excess), else
 /// the fit's intercept.
@@ -247,26 +248,55 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
         .get((times.len() as f64 * 0.05) as usize)
         .copied()
         .unwrap_or(f64::INFINITY);
-    // Every completion of the process, to tell whether one came between a queued transfer's
-    // previous completion on the link and its own.
-    let mut stops: Vec<Instant> = steps.iter().map(|s| s.stop).chain(others.iter().map(|o| o.1)).collect();
-    stops.sort_unstable();
+    // Completions less than SAME_PASS apart are one observation of the proxy's. A gap runs from
+    // the link's previous observation to the next one made of queued transfers (one that holds a
+    // transfer not certain to have queued is no gap), and is clean when no other transfer of the
+    // process completed within SAME_PASS of it.
+    const SAME_PASS: Duration = Duration::from_micros(10);
+    let mut other_stops: Vec<Instant> = others.iter().map(|o| o.1).collect();
+    other_stops.sort_unstable();
     let clean = |after: Instant, stop: Instant| {
-        let from = stops.partition_point(|&x| x <= after);
-        stops.get(from).is_none_or(|&x| x >= stop)
+        let (from, to) = (after.checked_sub(SAME_PASS).unwrap_or(after), stop + SAME_PASS);
+        other_stops
+            .get(other_stops.partition_point(|&x| x < from))
+            .is_none_or(|&x| x > to)
     };
-    let clean_gaps: Vec<(u64, f64)> = by_sent
+    let mut gaps: Vec<(Instant, Instant, u64)> = Vec::new();
+    let mut in_gap = false;
+    for (s, b) in by_sent.iter().zip(&before) {
+        let Some(b) = *b else {
+            in_gap = false;
+            continue;
+        };
+        let queued = b.saturating_duration_since(s.sent).as_secs_f64() > bound && s.stop > b;
+        match (s.stop >= b && s.stop - b < SAME_PASS, queued) {
+            (true, true) if in_gap => {
+                let g = gaps.last_mut().expect("a gap");
+                (g.1, g.2) = (s.stop, g.2 + s.bytes);
+            }
+            (true, _) => {
+                if in_gap {
+                    gaps.pop();
+                }
+                in_gap = false;
+            }
+            (false, true) => {
+                gaps.push((b, s.stop, s.bytes));
+                in_gap = true;
+            }
+            (false, false) => in_gap = false,
+        }
+    }
+    let clean_gaps: Vec<(u64, f64)> = gaps
         .iter()
-        .zip(&before)
-        .filter_map(|(s, b)| {
-            let b = (*b)?;
-            let waited = b.saturating_duration_since(s.sent).as_secs_f64() > bound;
-            (waited && s.stop > b && clean(b, s.stop)).then(|| (s.bytes, secs(s.stop - b)))
-        })
+        .filter(|g| clean(g.0, g.1))
+        .map(|&(after, stop, bytes)| (bytes, secs(stop - after)))
         .collect();
-    let rate = (clean_gaps.len() >= 4)
-        .then(|| clean_gaps.iter().map(|q| q.0 as f64).sum::<f64>() / clean_gaps.iter().map(|q| q.1).sum::<f64>());
-    let bandwidth = rate.or_else(|| fit(&idle).map(|f| f.1))?;
+    // The gaps' ratio of sums, when its standard error is within 3 %; else the idle fit, when its
+    // slope's is (`AVG`).
+    let rate = (clean_gaps.len() >= 4).then(|| ratio_of_sums(&clean_gaps)).flatten();
+    let idle_fit = if min { fit(&idle) } else { precise_fit(&idle) };
+    let bandwidth = rate.or(idle_fit.map(|f| f.1))?;
     let latency = match rate {
         Some(bw) if min => {
             let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
@@ -279,15 +309,39 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
                     ts[rank] - b as f64 / bw
                 })
                 .collect();
-            (!excess.is_empty()).then(|| (excess.iter().sum::<f64>() / excess.len() as f64).max(0.0))
+            (!excess.is_empty()).then(|| excess.iter().sum::<f64>() / excess.len() as f64)
         }
         Some(bw) => {
             let excess: f64 = idle.iter().map(|&(b, t)| t - b as f64 / bw).sum();
-            (!idle.is_empty()).then(|| (excess / idle.len() as f64).max(0.0))
+            (!idle.is_empty()).then(|| excess / idle.len() as f64)
         }
-        None => fit(&idle).map(|f| f.0),
-    }?;
+        None => idle_fit.map(|f| f.0),
+    }
+    .filter(|&l| l > 0.0)?;
     Some((latency, bandwidth))
+}
+
+/// Σ bytes / Σ seconds of `gaps`, when the ratio's standard error is within 3 % of it.
+fn ratio_of_sums(gaps: &[(u64, f64)]) -> Option<f64> {
+    let (bytes, secs) = gaps.iter().fold((0.0, 0.0), |(b, s), g| (b + g.0 as f64, s + g.1));
+    let rate = bytes / secs;
+    let n = gaps.len() as f64;
+    let spread: f64 = gaps.iter().map(|g| (g.1 - g.0 as f64 / rate).powi(2)).sum();
+    ((spread * n / (n - 1.0)).sqrt() / secs <= 0.03).then_some(rate)
+}
+
+/// [`fit`], when its slope's standard error is within 2 % of it (or it has two points).
+fn precise_fit(samples: &[(u64, f64)]) -> Option<(f64, f64)> {
+    let (latency, bandwidth) = fit(samples)?;
+    let n = samples.len() as f64;
+    let residual: f64 = samples
+        .iter()
+        .map(|&(b, t)| (t - latency - b as f64 / bandwidth).powi(2))
+        .sum();
+    let mx = samples.iter().map(|s| s.0 as f64).sum::<f64>() / n;
+    let sxx: f64 = samples.iter().map(|s| (s.0 as f64 - mx).powi(2)).sum();
+    let error = (residual / (n - 2.0) / sxx).sqrt() * bandwidth;
+    (samples.len() <= 2 || error <= 0.02).then_some((latency, bandwidth))
 }
 
 /// The latest completion among the transfers handed over before each one (sorted by SendWait).

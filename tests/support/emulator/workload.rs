@@ -27,11 +27,12 @@
 
 use std::ffi::CStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::board::Board;
+use super::host::{Contention, Pauses};
 use super::net::Network;
 use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr, ty};
 use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
@@ -416,9 +417,20 @@ pub struct Options {
     pub max_in_flight: usize,
     /// Time each rank spends between iterations without network traffic (computing).
     pub gap: Duration,
-    /// Each rank waits for a call's tasks to finish before it issues the next: one call in
-    /// flight per rank (a serial network), instead of every call of an iteration back to back.
-    pub serial: bool,
+    /// Most calls a rank has in flight (enqueued, not yet complete) on all its communicators:
+    /// it waits for the oldest before it issues more, as DDP's bucketed AllReduce or FSDP's
+    /// prefetch keep several queued (default 8); 1 is a serial network, one call at a time.
+    /// Every iteration still ends when all its calls have (the optimizer step).
+    pub depth: usize,
+    /// One pass of each proxy thread's progress loop: completions are seen in batches, at the
+    /// end of the pass they happened in (default 10 µs). Zero: each at its modelled instant.
+    pub pass: Duration,
+    /// Pauses of every proxy thread, as this VM's hypervisor makes them (seeded by the
+    /// network's seed); `None`: none.
+    pub pauses: Option<Pauses>,
+    /// Work beside the job contending for the CPU with the plugin's telemetry thread; `None`:
+    /// none.
+    pub contention: Option<Contention>,
     /// One send wire per emulated process (world rank), as its NIC (the default, as NCCL's): the
     /// steps of every peer, channel and communicator of the rank take it first in, first out.
     /// `false`: one wire per link (rank → peer), shared by its channels only.
@@ -489,7 +501,10 @@ impl Default for Options {
             queue: true,
             max_in_flight: 8,
             gap: Duration::ZERO,
-            serial: false,
+            depth: 8,
+            pass: Duration::from_micros(10),
+            pauses: Some(Pauses::HYPERVISOR),
+            contention: None,
             nic_fifo: true,
             peer_waits: 2,
             pxn: false,
@@ -647,7 +662,11 @@ impl Workload {
         // a communicator that serves another rank's PXN ops alive until those are done.
         let all_done = std::sync::Barrier::new(ranks.len());
         let t0 = Instant::now();
+        let contended = AtomicBool::new(false);
         let outs: Vec<RankOut> = std::thread::scope(|s| {
+            if let Some(c) = self.options.contention {
+                c.run(s, &contended);
+            }
             let handles: Vec<_> = ranks
                 .iter()
                 .map(|&w| {
@@ -662,7 +681,9 @@ impl Workload {
                         .expect("spawn user thread")
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().expect("user thread")).collect()
+            let outs = handles.into_iter().map(|h| h.join().expect("user thread")).collect();
+            contended.store(true, Ordering::Relaxed);
+            outs
         });
         let mut report = Report {
             elapsed: t0.elapsed(),
@@ -745,10 +766,9 @@ impl Workload {
             }
             for inst in &mut instances {
                 for call in &inst.spec.calls {
+                    // Room for this call's tasks: the oldest in flight first complete.
+                    done.wait_for(issued.saturating_sub(self.options.depth.saturating_sub(1) as u64));
                     issued += self.issue(plugin, inst, w, call, it, &done);
-                    if self.options.serial {
-                        done.wait_for(issued);
-                    }
                 }
             }
             done.wait_for(issued);
