@@ -45,40 +45,28 @@ pub struct Step {
 /// The clean gaps' bytes and seconds: the wire's rate is their ratio of sums. A gap's ends are
 /// completions as the proxy saw them, each late by however long it took to look (the rest of its
 /// pass, a preemption): a gap is its bytes' wire time plus the difference of two such delays,
-/// which cancel over consecutive gaps but scatter each one. Mergeable sums, so the rate comes
-/// with its standard error.
+/// which cancel over consecutive gaps.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Clean {
     n: u64,
-    bytes: f64,
+    bytes: u64,
     secs: f64,
-    /// Σ bytes², Σ secs², Σ bytes × secs.
-    bb: f64,
-    ss: f64,
-    bs: f64,
 }
 
 impl Clean {
     /// Adds `other`'s gaps.
     pub fn merge(&mut self, other: &Clean) {
         self.n += other.n;
-        self.bytes += other.bytes;
+        self.bytes = self.bytes.saturating_add(other.bytes);
         self.secs += other.secs;
-        self.bb += other.bb;
-        self.ss += other.ss;
-        self.bs += other.bs;
     }
 
     /// Adds a clean gap.
     pub fn add(&mut self, gap: &Gap) {
-        let (b, s) = (gap.bytes as f64, gap.secs);
         self.merge(&Clean {
             n: 1,
-            bytes: b,
-            secs: s,
-            bb: b * b,
-            ss: s * s,
-            bs: b * s,
+            bytes: gap.bytes,
+            secs: gap.secs,
         });
     }
 
@@ -88,24 +76,12 @@ impl Clean {
         self.n
     }
 
-    /// Bytes per second over the gaps, when there are [`MIN_CLEAN`] of them and the ratio's
-    /// standard error (from each gap's departure from it) is within [`RATE_ERROR`] of it: else
-    /// the completions' delays are too large a part of the gaps to tell the wire's rate.
+    /// Bytes per second over the gaps, when there are [`MIN_CLEAN`] of them.
     pub fn per_sec(&self) -> Option<f64> {
-        let rate = self.bytes / self.secs;
-        if self.n < MIN_CLEAN || !(rate.is_finite() && rate > 0.0) {
-            return None;
-        }
-        // Σ (secs − bytes / rate)², the spread of the gaps around the rate's line.
-        let residual = (self.ss - 2.0 * self.bs / rate + self.bb / (rate * rate)).max(0.0);
-        let n = self.n as f64;
-        let error = (residual * n / (n - 1.0)).sqrt() / self.secs;
-        (error <= RATE_ERROR).then_some(rate)
+        let rate = self.bytes as f64 / self.secs;
+        (self.n >= MIN_CLEAN && rate.is_finite() && rate > 0.0).then_some(rate)
     }
 }
-
-/// The largest relative standard error of a wire rate from clean gaps.
-pub const RATE_ERROR: f64 = 0.03;
 
 /// A transfer that opened a busy period of the link.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -209,10 +185,7 @@ impl Queue {
     /// transfers at that wire rate (one size suffices), else from their fit (two sizes at
     /// least); throughput from the busy time; the mean wait over the transfers.
     pub fn fit(&self, bytes: u64, transfers: u64, mode: Mode) -> LinkFit {
-        // `AVG` fits every idle transfer, each as late as its completion was seen: its slope
-        // must be precise. `MIN` fits each size's low percentile, which those delays leave be.
-        let fitted = self.idle.fit(mode);
-        let fit = fitted.filter(|f| mode == Mode::Min || f.precise_bandwidth().is_some());
+        let fit = self.idle.fit(mode);
         let rate = self.clean.per_sec();
         let bandwidth = rate.or(fit.map(|f| f.bandwidth()));
         let latency = match (rate, fit) {
@@ -232,7 +205,7 @@ impl Queue {
         LinkFit {
             latency,
             bandwidth,
-            r2: fitted.map(|f| f.r2),
+            r2: fit.map(|f| f.r2),
             throughput: (self.busy > 0.0 && throughput.is_finite()).then_some(throughput),
             wait: (transfers > 0).then(|| self.wait / transfers as f64),
             missing,
@@ -405,26 +378,6 @@ mod tests {
         let rate = r.per_sec().unwrap();
         assert!(r.gaps() > 100 && (rate / 1e10 - 1.0).abs() < 0.02, "{r:?}: {rate:.3e} B/s, not 1e10");
         assert!(q.gaps.iter().all(|g| g.secs >= 10e-6 && g.own >= 2), "{:?}", q.gaps.first());
-    }
-
-    /// Gaps of one size scattered ±40 % by the completions' delays: eight cannot tell the rate
-    /// within 3 %, eight hundred can.
-    #[test]
-    fn a_rate_the_delays_blur_is_withheld() {
-        let mut c = Clean::default();
-        let gap = |secs: f64| Gap {
-            bytes: 1000,
-            secs,
-            ..Gap::default()
-        };
-        for k in 0..8 {
-            c.add(&gap(if k % 2 == 0 { 14.0 } else { 6.0 }));
-        }
-        assert_eq!((c.gaps(), c.per_sec()), (8, None));
-        for k in 0..792 {
-            c.add(&gap(if k % 2 == 0 { 14.0 } else { 6.0 }));
-        }
-        assert_eq!(c.per_sec(), Some(100.0));
     }
 
     #[test]

@@ -32,14 +32,6 @@ impl Fit {
         (self.intercept > 0.0).then_some(self.intercept)
     }
 
-    /// [`Fit::bandwidth`], when the slope's standard error is within [`SLOPE_ERROR`] of it (from
-    /// R² and the points: `√((1 − R²) / (R² (n − 2)))`); two points make an exact line, with no
-    /// error to tell, and are taken.
-    pub fn precise_bandwidth(&self) -> Option<f64> {
-        let error = ((1.0 - self.r2) / (self.r2 * (self.n as f64 - 2.0))).sqrt();
-        (self.n <= 2 || error <= SLOPE_ERROR).then(|| self.bandwidth())
-    }
-
     /// Bandwidth in bytes per second, `1 / slope`.
     pub fn bandwidth(&self) -> f64 {
         self.slope.recip()
@@ -55,11 +47,6 @@ impl Fit {
 pub fn fit(points: &[(f64, f64)]) -> Option<Fit> {
     fit_iter(points.iter().copied())
 }
-
-/// The largest relative standard error of a fit's slope for a bandwidth from it: completions seen
-/// late by a varying delay (the proxy's pass, a preemption) scatter the times of transfers of any
-/// size, and a few points cannot tell the slope.
-pub const SLOPE_ERROR: f64 = 0.02;
 
 /// Most distinct sizes a [`Samples`] tracks for [`Mode::Min`].
 pub const MAX_SIZES: usize = 256;

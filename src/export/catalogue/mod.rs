@@ -195,7 +195,7 @@ impl Instruments {
                 meter,
                 "nccl.link.bandwidth",
                 "By/s",
-                "Wire rate of the link: bytes per completion-to-completion time of queued transfers whose gap no other link shared, else the idle transfers' fit",
+                "Wire rate of the link: bytes per time between the observed completions of queued transfers that no other link's shared, else the idle transfers' fit",
             ),
             link_r2: gauge(
                 meter,

@@ -292,10 +292,9 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
         .filter(|g| clean(g.0, g.1))
         .map(|&(after, stop, bytes)| (bytes, secs(stop - after)))
         .collect();
-    // The gaps' ratio of sums, when its standard error is within 3 %; else the idle fit, when its
-    // slope's is (`AVG`).
-    let rate = (clean_gaps.len() >= 4).then(|| ratio_of_sums(&clean_gaps)).flatten();
-    let idle_fit = if min { fit(&idle) } else { precise_fit(&idle) };
+    let rate = (clean_gaps.len() >= 4)
+        .then(|| clean_gaps.iter().map(|q| q.0 as f64).sum::<f64>() / clean_gaps.iter().map(|q| q.1).sum::<f64>());
+    let idle_fit = fit(&idle);
     let bandwidth = rate.or(idle_fit.map(|f| f.1))?;
     let latency = match rate {
         Some(bw) if min => {
@@ -319,29 +318,6 @@ pub fn queue_figures(steps: &[StepTruth], others: &[(Instant, Instant)], min: bo
     }
     .filter(|&l| l > 0.0)?;
     Some((latency, bandwidth))
-}
-
-/// Σ bytes / Σ seconds of `gaps`, when the ratio's standard error is within 3 % of it.
-fn ratio_of_sums(gaps: &[(u64, f64)]) -> Option<f64> {
-    let (bytes, secs) = gaps.iter().fold((0.0, 0.0), |(b, s), g| (b + g.0 as f64, s + g.1));
-    let rate = bytes / secs;
-    let n = gaps.len() as f64;
-    let spread: f64 = gaps.iter().map(|g| (g.1 - g.0 as f64 / rate).powi(2)).sum();
-    ((spread * n / (n - 1.0)).sqrt() / secs <= 0.03).then_some(rate)
-}
-
-/// [`fit`], when its slope's standard error is within 2 % of it (or it has two points).
-fn precise_fit(samples: &[(u64, f64)]) -> Option<(f64, f64)> {
-    let (latency, bandwidth) = fit(samples)?;
-    let n = samples.len() as f64;
-    let residual: f64 = samples
-        .iter()
-        .map(|&(b, t)| (t - latency - b as f64 / bandwidth).powi(2))
-        .sum();
-    let mx = samples.iter().map(|s| s.0 as f64).sum::<f64>() / n;
-    let sxx: f64 = samples.iter().map(|s| (s.0 as f64 - mx).powi(2)).sum();
-    let error = (residual / (n - 2.0) / sxx).sqrt() * bandwidth;
-    (samples.len() <= 2 || error <= 0.02).then_some((latency, bandwidth))
 }
 
 /// The latest completion among the transfers handed over before each one (sorted by SendWait).
