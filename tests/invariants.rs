@@ -353,7 +353,7 @@ fn bus_bandwidth(report: &Report, exported: &[ExportMetricsServiceRequest]) -> V
             if t.peer.is_some() {
                 continue;
             }
-            let factor = plugin_func(t.func).and_then(|f| bus_factor(f, t.nranks)).unwrap_or(0.0);
+            let factor = bus_factor(PluginFunc::from_bytes(t.func.name().as_bytes()), t.nranks).unwrap_or(0.0);
             let e = record.entry(t.func.name()).or_default();
             e.0 += t.test_size() as f64 * factor;
             e.1 += end.saturating_duration_since(from).as_secs_f64();
@@ -383,15 +383,4 @@ fn bus_bandwidth(report: &Report, exported: &[ExportMetricsServiceRequest]) -> V
         }
     }
     broken
-}
-
-/// The plugin's function of an emulated one (collectives).
-fn plugin_func(f: Func) -> Option<PluginFunc> {
-    match f {
-        Func::AllReduce => Some(PluginFunc::AllReduce),
-        Func::AllGather => Some(PluginFunc::AllGather),
-        Func::ReduceScatter => Some(PluginFunc::ReduceScatter),
-        Func::Broadcast => Some(PluginFunc::Broadcast),
-        _ => None,
-    }
 }

@@ -9,8 +9,8 @@
 //! the wire with it (a NIC serving several queues at once) can still lengthen an idle transfer:
 //! a latency from idle transfers is an upper bound. A gap of queued transfers (the link's
 //! previous observation → theirs, [`super::queue`]) near which no other transfer on the NIC
-//! completed is **clean**: its bytes alone went over the wire in the gap, so the clean ones give the wire's own rate: the
-//! link's bandwidth, and the rate the idle transfers' latency is computed at (a rate mixing in
+//! completed is **clean**: its bytes alone went over the wire in the gap, so the clean ones give
+//! the wire's own rate: the link's bandwidth, and the rate the idle transfers' latency is computed at (a rate mixing in
 //! other links' transfers queued on the same NIC would be too low).
 //!
 //! Memory stays bounded under any traffic: time is cut into slots of 2^20 clock ticks (about a

@@ -127,7 +127,7 @@ pub struct Queue {
     pub idle: Samples,
     /// The link's busy periods.
     pub spans: Vec<Span>,
-    /// Every transfer's stop, clock ticks.
+    /// Every transfer's stop, clock ticks, sorted.
     pub stops: Vec<u64>,
     /// Its queued transfers' gaps.
     pub gaps: Vec<Gap>,
@@ -252,16 +252,16 @@ pub fn analyze(steps: &mut [Step], secs_per_tick: f64, channel: impl Fn(u32) -> 
         q.spans.push((from, last_stop));
     }
     q.stops.extend(steps.iter().map(|s| s.stop));
-    q.gaps = gaps(steps, low_percentile(&mut opening_ticks).unwrap_or(u64::MAX), secs_per_tick);
+    q.stops.sort_unstable();
+    q.gaps = gaps(steps, &q.stops, low_percentile(&mut opening_ticks).unwrap_or(u64::MAX), secs_per_tick);
     q
 }
 
 /// Pass 2 of [`analyze`]: the gaps of transfers certain to have queued behind a busy wire (handed
-/// over more than `bound` ticks before the link's previous completion), one per observation.
-fn gaps(steps: &[Step], bound: u64, secs_per_tick: f64) -> Vec<Gap> {
+/// over more than `bound` ticks before the link's previous completion), one per observation;
+/// `stops` are the steps' stops, sorted.
+fn gaps(steps: &[Step], stops: &[u64], bound: u64, secs_per_tick: f64) -> Vec<Gap> {
     let pass = (SAME_PASS / secs_per_tick) as u64;
-    let mut stops: Vec<u64> = steps.iter().map(|s| s.stop).collect();
-    stops.sort_unstable();
     let own = |(from, to): Span| (stops.partition_point(|&x| x <= to) - stops.partition_point(|&x| x < from)) as u32;
     let mut gaps: Vec<Gap> = Vec::new();
     // Whether the observation the last stop belongs to is the last gap's (else it is unusable).

@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::BoundHistogram;
+use opentelemetry::metrics::{BoundHistogram, Histogram};
 
 use super::catalogue::{OpInstruments, keys};
 use super::limiter::Family;
@@ -90,7 +90,7 @@ impl OpInstruments {
             }
             // The GPU's: per operation, over its own kernel time.
             let per_op = gpu.then(|| {
-                let bind = |h: &opentelemetry::metrics::Histogram<f64>| h.bind(attrs);
+                let bind = |h: &Histogram<f64>| h.bind(attrs);
                 (bind(&self.kernel_duration), bind(&self.kernel_algbw), bind(&self.kernel_busbw))
             });
             let (mut secs, mut bus, mut summed) = (0.0, 0.0, false);

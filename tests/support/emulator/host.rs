@@ -1,9 +1,7 @@
 //! The host around the emulated NCCL, as on a busy training node: its proxy thread sees
-//! completions once per pass of its progress loop, the hypervisor pauses threads now and then,
-//! and other work contends for the CPU. Every draw is seeded ([`Rng`]), so a run is reproducible
-//! up to the real host's own noise.
+//! completions once per pass of its progress loop, and the hypervisor pauses threads now and
+//! then. Every draw is seeded ([`Rng`]), so a run is reproducible up to the real host's own noise.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A seeded generator (splitmix64): the emulator's only source of randomness.
@@ -99,42 +97,13 @@ impl Paused {
         Paused { pauses, next, rng }
     }
 
-    /// Sleeps through a pause when one is due; whether it did.
-    pub fn maybe(&mut self) -> bool {
-        let now = Instant::now();
-        if now < self.next {
-            return false;
+    /// Sleeps through a pause when one is due.
+    pub fn maybe(&mut self) {
+        if Instant::now() < self.next {
+            return;
         }
         let p = self.pauses;
         std::thread::sleep(self.rng.between(p.shortest, p.longest));
         self.next = Instant::now() + self.rng.exponential(p.every);
-        true
-    }
-}
-
-/// Work beside the job that contends for the CPU (another build, data loading): `threads` at
-/// normal priority, like the plugin's telemetry thread, each busy `duty` of every `period`.
-#[derive(Clone, Copy, Debug)]
-pub struct Contention {
-    pub threads: usize,
-    pub duty: f64,
-    pub period: Duration,
-}
-
-impl Contention {
-    /// Runs the contending threads in `s` until `stop` is set.
-    pub fn run<'s>(self, s: &'s std::thread::Scope<'s, '_>, stop: &'s AtomicBool) {
-        for i in 0..self.threads {
-            std::thread::Builder::new()
-                .name(format!("emu-contend-{i}"))
-                .spawn_scoped(s, move || {
-                    let busy = self.period.mul_f64(self.duty.clamp(0.0, 1.0));
-                    while !stop.load(Ordering::Relaxed) {
-                        super::time::spin(busy);
-                        std::thread::sleep(self.period - busy);
-                    }
-                })
-                .expect("spawn contending thread");
-        }
     }
 }

@@ -82,7 +82,7 @@ pub mod truth;
 pub mod workload;
 
 #[allow(unused_imports)]
-pub use host::{Contention, Pauses};
+pub use host::Pauses;
 #[allow(unused_imports)]
 pub use net::{Degrade, Link, Links, Network};
 #[allow(unused_imports)]

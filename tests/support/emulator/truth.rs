@@ -222,7 +222,7 @@ impl LinkTruth {
 /// process's other transfers) in flight is idle; those
 /// handed over more than the 5th percentile of the times of the transfers opening a busy period
 /// before the latest earlier completion queued behind a busy wire, and the gap between the link's
-/// observations of completions (those less than 2 µs apart are one) is their wire time when no
+/// observations of completions (those less than 10 µs apart are one) is their wire time when no
 /// other transfer of the process completed in or near it (clean).
 /// Bandwidth from at least 4 clean ones, else the idle fit; latency the idle transfers' mean excess
 /// over that rate (with `min`: the mean over sizes of each size's low percentile's excess), else

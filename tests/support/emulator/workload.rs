@@ -27,12 +27,12 @@
 
 use std::ffi::CStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::board::Board;
-use super::host::{Contention, Pauses};
+use super::host::Pauses;
 use super::net::Network;
 use super::plugin::{self, Comm, H, Plugin, coll_descr, mask, p2p_descr, ty};
 use super::proxy::{self, KernelEnd, KernelPlan, OpKind, OpPlan, Task};
@@ -428,9 +428,6 @@ pub struct Options {
     /// Pauses of every proxy thread, as this VM's hypervisor makes them (seeded by the
     /// network's seed); `None`: none.
     pub pauses: Option<Pauses>,
-    /// Work beside the job contending for the CPU with the plugin's telemetry thread; `None`:
-    /// none.
-    pub contention: Option<Contention>,
     /// One send wire per emulated process (world rank), as its NIC (the default, as NCCL's): the
     /// steps of every peer, channel and communicator of the rank take it first in, first out.
     /// `false`: one wire per link (rank → peer), shared by its channels only.
@@ -504,7 +501,6 @@ impl Default for Options {
             depth: 8,
             pass: Duration::from_micros(10),
             pauses: Some(Pauses::HYPERVISOR),
-            contention: None,
             nic_fifo: true,
             peer_waits: 2,
             pxn: false,
@@ -662,11 +658,7 @@ impl Workload {
         // a communicator that serves another rank's PXN ops alive until those are done.
         let all_done = std::sync::Barrier::new(ranks.len());
         let t0 = Instant::now();
-        let contended = AtomicBool::new(false);
         let outs: Vec<RankOut> = std::thread::scope(|s| {
-            if let Some(c) = self.options.contention {
-                c.run(s, &contended);
-            }
             let handles: Vec<_> = ranks
                 .iter()
                 .map(|&w| {
@@ -681,9 +673,7 @@ impl Workload {
                         .expect("spawn user thread")
                 })
                 .collect();
-            let outs = handles.into_iter().map(|h| h.join().expect("user thread")).collect();
-            contended.store(true, Ordering::Relaxed);
-            outs
+            handles.into_iter().map(|h| h.join().expect("user thread")).collect()
         });
         let mut report = Report {
             elapsed: t0.elapsed(),
